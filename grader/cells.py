@@ -1,0 +1,87 @@
+"""How an assignment notebook marks its cells, shared by ``assign``, ``load`` and the tests.
+
+A master notebook labels each code cell with ``metadata.tags``:
+
+``provided``    code the assignment owns; students do not edit it and the grader always
+                runs its own copy.
+``scaffold``    the cell holding the class students complete (one per assignment).
+``question``    a written Question/Answer cell; ``metadata.g2c.question`` is its rubric id.
+``instructor``  present in the master only; ``grader assign`` removes it.
+
+Inside code cells, lines between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` are the
+reference answer; ``grader assign`` replaces them by a ``NotImplementedError`` TODO.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Any
+
+PROVIDED = "provided"
+SCAFFOLD = "scaffold"
+QUESTION = "question"
+INSTRUCTOR = "instructor"
+
+BEGIN_SOLUTION = re.compile(r"^(?P<indent>\s*)### BEGIN SOLUTION\b\s*(?P<todo>.*)$")
+END_SOLUTION = re.compile(r"^\s*### END SOLUTION\b")
+
+
+def tags(cell: Any) -> list[str]:
+    """The cell's tags (an empty list when the metadata holds none or junk)."""
+    found = cell.get("metadata", {}).get("tags", [])
+    return [t for t in found if isinstance(t, str)] if isinstance(found, list) else []
+
+
+def question_id(cell: Any) -> str | None:
+    g2c = cell.get("metadata", {}).get("g2c", {})
+    qid = g2c.get("question") if isinstance(g2c, dict) else None
+    return qid if isinstance(qid, str) else None
+
+
+def source(cell: Any) -> str:
+    """A cell's source as one string (nbformat allows a list of lines on disk)."""
+    text = cell.get("source", "")
+    return "".join(text) if isinstance(text, list) else str(text)
+
+
+@dataclass(frozen=True)
+class WrittenAnswer:
+    """One Question/Answer pair read from a notebook."""
+
+    question: str
+    answer: str
+
+    @property
+    def is_blank(self) -> bool:
+        return not self.answer.strip()
+
+
+_PREFIX_Q = "Question:"
+_PREFIX_A = "Answer:"
+
+
+def parse_written_answer(cell: Any) -> WrittenAnswer | None:
+    """Read a Question/Answer cell: a code cell of two string literals, or a markdown cell.
+
+    Returns None when the cell does not follow either convention.
+    """
+    text = source(cell)
+    if cell.get("cell_type") == "markdown":
+        head, sep, tail = text.partition(_PREFIX_A)
+        if not sep or not head.lstrip().startswith(_PREFIX_Q):
+            return None
+        return WrittenAnswer(head.strip()[len(_PREFIX_Q):].strip(), tail.strip())
+    try:
+        module = ast.parse(text)
+    except SyntaxError:
+        return None
+    literals = [node.value.value for node in module.body
+                if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)]
+    question = next((s for s in literals if s.lstrip().startswith(_PREFIX_Q)), None)
+    answer = next((s for s in literals if s.lstrip().startswith(_PREFIX_A)), None)
+    if question is None or answer is None:
+        return None
+    return WrittenAnswer(question.strip()[len(_PREFIX_Q):].strip(),
+                         answer.strip()[len(_PREFIX_A):].strip())
