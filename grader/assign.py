@@ -7,6 +7,7 @@ with the same cell ids (the grader matches cells by id), replaces solution block
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import nbformat
@@ -25,7 +26,7 @@ def strip_solutions(code: str) -> str:
         if begin and not inside:
             inside = True
             todo = begin.group("todo").strip() or TODO_DEFAULT
-            out.append(f'{begin.group("indent")}raise NotImplementedError("TODO: {todo}")')
+            out.append(f'{begin.group("indent")}raise NotImplementedError({json.dumps("TODO: " + todo)})')
         elif cells.END_SOLUTION.match(line) and inside:
             inside = False
         elif not inside:
