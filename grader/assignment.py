@@ -1,0 +1,57 @@
+"""Where an assignment's files live in the project (see DESIGN.md's layout)."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import nbformat
+
+from grader.rubric import Rubric, load_rubric
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Assignment:
+    name: str
+    root: Path = PROJECT_ROOT
+
+    @property
+    def master_path(self) -> Path:
+        return self.root / "solutions" / self.name / f"{self.name}.ipynb"
+
+    @property
+    def template_path(self) -> Path:
+        return self.root / "assignments" / self.name / f"{self.name}.ipynb"
+
+    @property
+    def rubric_path(self) -> Path:
+        return self.root / "rubrics" / f"{self.name}.yaml"
+
+    @cached_property
+    def rubric(self) -> Rubric:
+        return load_rubric(self.rubric_path)
+
+    @cached_property
+    def master(self) -> nbformat.NotebookNode:
+        return nbformat.read(str(self.master_path), as_version=4)
+
+    @cached_property
+    def template(self) -> nbformat.NotebookNode:
+        return nbformat.read(str(self.template_path), as_version=4)
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """Changes whenever the master, the template or the rubric changes."""
+        digest = hashlib.sha256()
+        for path in (self.master_path, self.template_path, self.rubric_path):
+            digest.update(path.read_bytes())
+        return digest.hexdigest()
+
+    def check_files(self) -> str | None:
+        """None when every file exists, else what is missing (the grader cannot run)."""
+        missing = [str(p) for p in (self.master_path, self.template_path, self.rubric_path)
+                   if not p.is_file()]
+        return f"assignment {self.name!r} is missing {', '.join(missing)}" if missing else None

@@ -1,0 +1,179 @@
+"""Grade a folder of submissions: discovery, parallel workers, resume, progress.
+
+Results are written as each submission finishes. A submission whose results.json already
+carries the current cache key (same notebook bytes, grader version, assignment files and
+limits) is not executed again, so an interrupted batch resumes where it stopped.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import sys
+import time
+import traceback
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from grader import __version__
+from grader.assignment import Assignment
+from grader.load import sha256_file
+from grader.pipeline import SubmissionGrader
+from grader.report import RESULTS_FILE, write_result
+from grader.rubric import Rubric
+from grader.sandbox import Sandbox
+from grader.score import GradeResult, ItemResult, result_from_json
+
+
+@dataclass(frozen=True)
+class SubmissionPath:
+    submission_id: str
+    path: Path | None          # None when the folder holds no single notebook
+    problem: str | None = None
+
+
+def discover(paths: list[Path]) -> list[SubmissionPath]:
+    """A notebook, or a folder of ``<id>.ipynb`` files and ``<id>/`` folders of one notebook each."""
+    found: list[SubmissionPath] = []
+    for path in paths:
+        if path.is_file():
+            found.append(SubmissionPath(path.stem, path))
+            continue
+        if not path.is_dir():
+            raise FileNotFoundError(f"{path}: no such notebook or folder")
+        for entry in sorted(path.iterdir()):
+            if entry.name.startswith("."):
+                continue
+            if entry.is_file() and entry.suffix == ".ipynb":
+                found.append(SubmissionPath(entry.stem, entry))
+            elif entry.is_dir():
+                notebooks = sorted(p for p in entry.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+                if len(notebooks) == 1:
+                    found.append(SubmissionPath(entry.name, notebooks[0]))
+                else:
+                    problem = ("the folder holds no .ipynb notebook" if not notebooks else
+                               f"the folder holds {len(notebooks)} notebooks; submit exactly one")
+                    found.append(SubmissionPath(entry.name, None, problem))
+    ids = [s.submission_id for s in found]
+    duplicates = {i for i in ids if ids.count(i) > 1}
+    if duplicates:
+        raise ValueError(f"two submissions share the id(s) {sorted(duplicates)}; rename one")
+    return found
+
+
+def unreadable_result(submission: SubmissionPath, rubric: Rubric, reason: str, sha256: str = "") -> GradeResult:
+    """Every item at zero with one reason: for submissions the pipeline could not take."""
+    items = [ItemResult(i.name, i.title, 0.0, i.points, "error", reason, list(i.tags), i.visibility)
+             for i in rubric.items]
+    items += [ItemResult(q.item_name, f"Written: {q.id}", 0.0, q.points, "error", reason, ["written"])
+              for q in rubric.questions]
+    return GradeResult(submission.submission_id, rubric.assignment, __version__, sha256, items, [reason])
+
+
+# Worker processes build their grader once; it is not picklable across processes.
+_worker: SubmissionGrader | None = None
+
+
+def _init_worker(assignment: Assignment, sandbox: Sandbox, rubric: Rubric) -> None:
+    global _worker
+    _worker = SubmissionGrader(assignment, sandbox, rubric)
+
+
+def _grade_in_worker(submission: SubmissionPath, out_dir: Path) -> GradeResult:
+    try:
+        result = _worker.grade(submission.path, submission.submission_id)
+    except Exception:  # a grader bug must not take the batch down; the traceback is kept
+        detail = traceback.format_exc(limit=4)
+        result = unreadable_result(submission, _worker.rubric,
+                                   f"internal grader error, please report it: {detail.splitlines()[-1]}")
+        result.notes.append(detail)
+    write_result(out_dir, result)
+    return result
+
+
+@dataclass
+class BatchOutcome:
+    results: list[GradeResult]
+    reused: int
+    internal_errors: int
+
+
+def grade_batch(submissions: list[SubmissionPath], assignment: Assignment, sandbox: Sandbox,
+                rubric: Rubric, out_dir: Path, workers: int,
+                progress: TextIO = sys.stderr) -> BatchOutcome:
+    """Grade everything not already graded with the current cache key; returns all results."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    key_for = SubmissionGrader(assignment, sandbox, rubric).cache_key
+    results: list[GradeResult] = []
+    todo: list[SubmissionPath] = []
+    for submission in submissions:
+        if submission.path is None:
+            result = unreadable_result(submission, rubric, submission.problem or "no notebook")
+            write_result(out_dir, result)
+            results.append(result)
+            continue
+        previous = _previous_result(out_dir, submission.submission_id)
+        if previous is not None and previous.cache_key == key_for(sha256_file(submission.path)):
+            results.append(previous)
+        else:
+            todo.append(submission)
+    reused = len(results)
+    bar = _Progress(len(submissions), reused, progress)
+    if todo:
+        # spawn, not fork: a forked child of a process whose torch thread pool is running deadlocks.
+        with ProcessPoolExecutor(max_workers=max(1, min(workers, len(todo))), initializer=_init_worker,
+                                 initargs=(assignment, sandbox, rubric),
+                                 mp_context=multiprocessing.get_context("spawn")) as pool:
+            pending: dict[Future, SubmissionPath] = {pool.submit(_grade_in_worker, s, out_dir): s for s in todo}
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    submission = pending.pop(future)
+                    result = future.result()
+                    results.append(result)
+                    bar.advance(result)
+    bar.finish()
+    internal = sum(1 for r in results if any("internal grader error" in n for n in r.notes))
+    return BatchOutcome(results, reused, internal)
+
+
+def _previous_result(out_dir: Path, submission_id: str) -> GradeResult | None:
+    path = out_dir / submission_id / RESULTS_FILE
+    try:
+        return result_from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+class _Progress:
+    """A one-line progress bar on a terminal; one line per submission otherwise (CI logs)."""
+
+    def __init__(self, total: int, already: int, stream: TextIO):
+        self.total, self.done, self.stream = total, already, stream
+        self.started = time.monotonic()
+        self.tty = stream.isatty()
+        if already:
+            self.stream.write(f"{already} of {total} submissions already graded (unchanged); skipping them\n")
+
+    def advance(self, result: GradeResult) -> None:
+        self.done += 1
+        width = 24
+        filled = int(width * self.done / max(self.total, 1))
+        elapsed = time.monotonic() - self.started
+        line = (f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
+                f"{result.submission_id}: {result.score:g}/{result.max_score:g} "
+                f"({result.execution_time:.0f} s; {elapsed:.0f} s elapsed)")
+        self.stream.write(("\r\x1b[K" + line) if self.tty else line + "\n")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+
+
+def default_workers() -> int:
+    return os.cpu_count() or 1
+
+

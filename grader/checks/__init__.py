@@ -1,0 +1,51 @@
+"""Hidden checks: trusted code that turns raw probe outputs into verdicts.
+
+One module per assignment (named by the rubric's ``checks`` key). It exposes
+``probe_cases(rubric)`` (what to run inside the sandbox) and ``evaluate(context)`` (a verdict
+per autograded rubric item). Nothing in this package is visible inside the sandbox.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from grader.execute import ExecutionResult
+from grader.probe import ProbeCase, ProbeResult
+from grader.rubric import Rubric
+
+
+@dataclass
+class Verdict:
+    """The decision on one item: passed / failed / error, with a message for the student."""
+
+    status: str                       # passed | failed | error
+    message: str
+    fraction: float | None = None     # of the item's points; None means 1 if passed else 0
+
+    @property
+    def score_fraction(self) -> float:
+        if self.fraction is not None:
+            return self.fraction
+        return 1.0 if self.status == "passed" else 0.0
+
+
+@dataclass
+class CheckContext:
+    rubric: Rubric
+    master_path: Path                      # the trusted master notebook
+    probe: ProbeResult | None              # None when the scaffold could not be probed
+    probe_problem: str | None              # why not
+    execution: ExecutionResult | None      # None when the notebook could not be executed
+    execution_problem: str | None
+    answers: dict[str, Any] = field(default_factory=dict)   # exported answer variables
+
+
+class ChecksModule(Protocol):
+    def probe_cases(self, rubric: Rubric) -> list[ProbeCase]: ...
+    def evaluate(self, context: CheckContext) -> dict[str, Verdict]: ...
+
+
+def checks_for(rubric: Rubric) -> ChecksModule:
+    return importlib.import_module(rubric.checks)  # type: ignore[return-value]

@@ -1,0 +1,160 @@
+"""Stage 2, execute: run the submitted notebook headless inside the sandbox.
+
+Before running, every ``provided`` cell is replaced by the grader's copy from the master
+notebook (matched by cell id; a deleted provided cell is put back), and all stored outputs
+are dropped. The driver (``harness/run_notebook.py``) runs nbclient and the kernel together
+in the sandbox and reports per cell; nothing it reports is a verdict. Its report and the
+executed notebook are read only if the driver vouched for them by digest on its stdout,
+which the kernel cannot reach (see ``harness/run_notebook.py``).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nbformat
+
+from grader import cells
+from grader.harness import HARNESS_DIR
+from grader.rubric import Limits
+from grader.sandbox import Sandbox
+from grader.untrusted import read_bytes, read_json, vouched_files
+
+MAX_ANSWERS_BYTES = 4 * 2**20
+# Heavy exercise cells read G2C_GRADING and run on a small budget; one thread per kernel keeps
+# parallel workers from fighting over the cores.
+GRADING_ENV = {"G2C_GRADING": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg",
+               "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+MAX_EXECUTED_NOTEBOOK_BYTES = 64 * 2**20
+DRIVER_DONE_LINE = "G2C-DONE"   # the driver's last line on its stdout (see harness/run_notebook.py)
+
+
+@dataclass(frozen=True)
+class CellRun:
+    index: int
+    cell_id: str | None
+    status: str                 # ok | error | timeout | not_run
+    error: str | None = None
+
+
+@dataclass
+class ExecutionResult:
+    cells: list[CellRun]
+    kernel: str                                  # ok | died | hung | ...
+    timed_out: bool                              # the whole-notebook limit was hit
+    answers: dict[str, Any]
+    stopped: list[str] = field(default_factory=list)   # what the sandbox stopped
+    notes: list[str] = field(default_factory=list)
+    executed_notebook: bytes | None = None           # the run's notebook with outputs, for TAs
+    seconds: float = 0.0
+
+    def problems(self) -> list[str]:
+        """Readable reasons why the run was not clean (empty when every cell ran)."""
+        found = [f"cell {c.index}{f' ({c.cell_id})' if c.cell_id else ''}: {c.error or c.status}"
+                 for c in self.cells if c.status in ("error", "timeout")]
+        not_run = [c for c in self.cells if c.status == "not_run"]
+        if not_run:
+            found.append(f"{len(not_run)} cells did not run (kernel {self.kernel})")
+        if self.timed_out:
+            found.append("the notebook was stopped at its overall time limit")
+        return found
+
+
+def prepare_notebook(submission: nbformat.NotebookNode, master: nbformat.NotebookNode,
+                     notes: list[str]) -> nbformat.NotebookNode:
+    """The notebook to execute: the submission with the grader's provided cells, no outputs."""
+    prepared = copy.deepcopy(submission)
+    present = {c.get("id"): i for i, c in enumerate(prepared.cells)}
+    master_cells = list(master.cells)
+    for position, cell in enumerate(master_cells):
+        if cells.PROVIDED not in cells.tags(cell):
+            continue
+        if cell.id in present:
+            target = prepared.cells[present[cell.id]]
+            if cells.source(target) != cells.source(cell):
+                notes.append(f"provided cell {cell.id!r} was edited; the grader ran its own copy")
+            target.source = cells.source(cell)
+            target.cell_type = "code"
+            continue
+        notes.append(f"provided cell {cell.id!r} was missing; the grader put its copy back")
+        after = [c.id for c in master_cells[position + 1:] if c.id in present]
+        insert_at = present[after[0]] if after else len(prepared.cells)
+        prepared.cells.insert(insert_at, nbformat.v4.new_code_cell(cells.source(cell), id=cell.id))
+        present = {c.get("id"): i for i, c in enumerate(prepared.cells)}
+    for cell in prepared.cells:
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+    return prepared
+
+
+def execute_notebook(notebook: nbformat.NotebookNode, sandbox: Sandbox, scratch: Path,
+                     limits: Limits, answer_variables: tuple[str, ...]) -> ExecutionResult:
+    """Run ``notebook`` in the sandbox; never raises for anything the notebook does."""
+    work = scratch / "execute"
+    work.mkdir(parents=True, exist_ok=True)
+    plan = {
+        "notebook": str(work / "submission.ipynb"),
+        "executed": str(work / "executed.ipynb"),
+        "results": str(work / "results.json"),
+        "answers": str(work / "answers.json"),
+        "answer_variables": list(answer_variables),
+        "cell_timeout": limits.cell_timeout_s,
+        "output_limit": limits.cell_output_kib * 1024,
+        "workdir": str(work),
+    }
+    nbformat.write(notebook, plan["notebook"])
+    shutil.copy(HARNESS_DIR / "run_notebook.py", work / "run_notebook.py")
+    (work / "plan.json").write_text(json.dumps(plan))
+    result = sandbox.run([sys.executable, str(work / "run_notebook.py"), str(work / "plan.json")],
+                         scratch=scratch, timeout=limits.notebook_timeout_s,
+                         env={**GRADING_ENV, "JUPYTER_RUNTIME_DIR": str(work / "runtime"),
+                              "IPYTHONDIR": str(work / "ipython")})
+    vouched = vouched_files(result.stdout)
+    finished = DRIVER_DONE_LINE in result.stdout.splitlines()
+    notes: list[str] = []
+    report = read_json(Path(plan["results"]), scratch, MAX_ANSWERS_BYTES, vouched.get("results.json", ""))
+    discarded = report is None and "results.json" in vouched
+    if discarded:
+        notes.append("the driver's report was changed after the driver wrote it (by the notebook's code?); "
+                     "it was discarded")
+    report = report or {}
+    runs = [CellRun(int(r.get("index", -1)), r.get("id") if isinstance(r.get("id"), str) else None,
+                    str(r.get("status", "error")),
+                    f"{r['ename']}: {r.get('evalue', '')}" if r.get("ename") else None)
+            for r in report.get("cells", []) if isinstance(r, dict)]
+    ran = {r.index for r in runs}
+    runs += [CellRun(i, c.get("id"), "not_run") for i, c in enumerate(notebook.cells)
+             if c.cell_type == "code" and i not in ran]
+    runs.sort(key=lambda r: r.index)
+    kernel = str(report.get("kernel", "unknown" if discarded else "died" if not result.timed_out else "hung"))
+    if report and not finished and not result.timed_out and kernel == "ok":
+        kernel = "stopped"
+        notes.append("the notebook driver was killed before it finished (by a sandbox limit, or by the "
+                     "notebook's own code)")
+    if report.get("truncated_cells"):
+        notes.append(f"output of cells {report['truncated_cells']} was truncated at "
+                     f"{limits.cell_output_kib} KiB per cell")
+    if result.returncode not in (0, None) and not report:
+        notes.append(_tail("the notebook driver failed", result.stderr))
+    executed = read_bytes(Path(plan["executed"]), scratch, MAX_EXECUTED_NOTEBOOK_BYTES,
+                          vouched.get("executed.ipynb", ""))
+    if executed is None and "executed.ipynb" in vouched:
+        notes.append("the executed notebook is not kept: it was changed after the run, or is over "
+                     f"{MAX_EXECUTED_NOTEBOOK_BYTES // 2**20} MiB")
+    answers = read_json(Path(plan["answers"]), scratch, MAX_ANSWERS_BYTES) or {}
+    return ExecutionResult(
+        cells=runs, kernel=kernel, timed_out=result.timed_out,
+        answers={k: v for k, v in answers.items() if k in answer_variables},
+        stopped=list(result.stopped), notes=notes,
+        executed_notebook=executed, seconds=result.wall_seconds)
+
+
+def _tail(what: str, stderr: str) -> str:
+    lines = [line for line in stderr.strip().splitlines() if line.strip()][-3:]
+    return f"{what}: {' | '.join(lines)}" if lines else what

@@ -1,0 +1,169 @@
+"""Notebook driver: execute a notebook cell by cell with nbclient, inside the sandbox.
+
+Usage (inside the sandbox): python run_notebook.py PLAN_JSON
+Both the client and the kernel run here, so the kernel's loopback sockets never leave the
+sandbox's network namespace. Results are written after every cell, so a kill by the outer
+watchdog still leaves what was done. A cell that times out is interrupted and recorded; a
+second timeout in a row, or a dead kernel, ends execution.
+
+The kernel runs student code as the same user as this driver, so it can rewrite any file
+here. The driver therefore vouches for what it writes on a channel the kernel cannot reach:
+after each write it prints ``G2C-FILE <sha256> <name>`` on its own stdout, and ``G2C-DONE``
+when it finishes. The kernel never gets that stdout (it inherits the sandbox's stderr as
+its stdout), and the driver is not dumpable, so ``/proc/<pid>/fd`` and ptrace are closed to
+the kernel. The trusted side reads only files whose digest was printed.
+"""
+import ctypes
+import hashlib
+import json
+import os
+import sys
+import time
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+PLAN = json.loads(open(sys.argv[1]).read())
+REPORT_FD = -1   # this driver's stdout, kept away from the kernel (see main)
+TRUNCATED = "[output truncated by the grader: this cell printed more than {limit} KiB]\n"
+
+
+class LimitedClient(NotebookClient):
+    """NotebookClient that keeps at most PLAN['output_limit'] bytes of output per cell."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.output_bytes = {}
+        self.truncated_cells = set()
+
+    def output(self, outs, msg, display_id, cell_index):
+        size = len(json.dumps(msg.get("content", {}), default=str))
+        used = self.output_bytes.get(cell_index, 0) + size
+        self.output_bytes[cell_index] = used
+        if used > PLAN["output_limit"]:
+            if cell_index not in self.truncated_cells:
+                self.truncated_cells.add(cell_index)
+                outs.append(nbformat.v4.new_output(
+                    "stream", name="stderr", text=TRUNCATED.format(limit=PLAN["output_limit"] // 1024)))
+            return None
+        return super().output(outs, msg, display_id, cell_index)
+
+
+def cell_error(cell):
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "error":
+            return output.get("ename", "Error"), str(output.get("evalue", ""))[:500]
+    return None
+
+
+def export_answers(client, index):
+    """Dump the declared answer variables to JSON from inside the kernel."""
+    code = (
+        "import json as _g2c_json\n"
+        "def _g2c_plain(value):\n"
+        "    for attr in ('tolist', 'item'):\n"
+        "        if hasattr(value, attr):\n"
+        "            return getattr(value, attr)()\n"
+        "    return None\n"
+        f"with open({PLAN['answers']!r}, 'w') as _g2c_file:\n"
+        f"    _g2c_file.write(_g2c_json.dumps({{_n: globals().get(_n) for _n in {PLAN['answer_variables']!r}}},"
+        " default=_g2c_plain))\n"
+    )
+    client.execute_cell(nbformat.v4.new_code_cell(code), index, store_history=False)
+
+
+def report(line):
+    data = (line + "\n").encode()
+    while data:
+        data = data[os.write(REPORT_FD, data):]
+
+
+def write_vouched(path, data):
+    """Write ``path`` and print its digest: the trusted side accepts no other version of it."""
+    with open(path, "wb") as handle:
+        handle.write(data)
+    report(f"G2C-FILE {hashlib.sha256(data).hexdigest()} {os.path.basename(path)}")
+
+
+def guard_driver():
+    """Keep the kernel away from this process: not dumpable, and stdout out of its reach."""
+    global REPORT_FD
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
+    except (OSError, AttributeError):
+        pass
+    REPORT_FD = os.dup(1)  # not inheritable; the kernel is started with close_fds anyway
+    os.dup2(2, 1)          # the kernel inherits this fd 1: the sandbox's stderr
+
+
+def main():
+    guard_driver()
+    notebook = nbformat.read(PLAN["notebook"], as_version=4)
+    client = LimitedClient(
+        notebook, timeout=PLAN["cell_timeout"], kernel_name="python3", allow_errors=True,
+        interrupt_on_timeout=True, record_timing=False,
+        # Without an error reply nbclient keeps interrupting a kernel that ignores SIGINT forever.
+        error_on_timeout={"ename": "CellTimeoutError", "evalue": "interrupted at the cell time limit"},
+        resources={"metadata": {"path": PLAN["workdir"]}})
+    records = []
+    state = {"kernel": "ok"}
+
+    def save():
+        write_vouched(PLAN["results"], json.dumps({"cells": records, "kernel": state["kernel"],
+                                                   "truncated_cells": sorted(client.truncated_cells)}).encode())
+
+    save()
+    try:
+        with client.setup_kernel():
+            previous_timed_out = False
+            for index, cell in enumerate(notebook.cells):
+                if cell.cell_type != "code":
+                    continue
+                record = {"index": index, "id": cell.get("id"), "status": "ok"}
+                records.append(record)
+                if state["kernel"] != "ok":
+                    record["status"] = "not_run"
+                    continue
+                started = time.monotonic()
+                try:
+                    client.execute_cell(cell, index)
+                except DeadKernelError:
+                    state["kernel"] = "died"
+                    record.update(status="error", ename="DeadKernelError",
+                                  evalue="the kernel died (out of memory, or the process exited)")
+                except CellTimeoutError as exc:
+                    state["kernel"] = "hung"
+                    record.update(status="timeout", ename="CellTimeoutError", evalue=str(exc)[:300])
+                except Exception as exc:  # student code controls the kernel's messages too
+                    state["kernel"] = "broken"
+                    record.update(status="error", ename=type(exc).__name__,
+                                  evalue=f"the kernel broke the Jupyter protocol: {exc}"[:300])
+                record["seconds"] = round(time.monotonic() - started, 3)
+                error = cell_error(cell)
+                if record["status"] == "ok" and record["seconds"] >= PLAN["cell_timeout"]:
+                    record.update(status="timeout", ename="CellTimeoutError",
+                                  evalue=f"the cell ran longer than {PLAN['cell_timeout']} s and was interrupted")
+                    if previous_timed_out:  # the interrupt did not free the kernel
+                        state["kernel"] = "hung"
+                elif record["status"] == "ok" and error:
+                    record.update(status="error", ename=error[0], evalue=error[1])
+                previous_timed_out = record["status"] == "timeout"
+                save()
+            if state["kernel"] == "ok":
+                try:
+                    export_answers(client, len(notebook.cells))
+                except Exception as exc:  # the kernel may die here too; answers are then missing
+                    state["kernel"] = f"answer export failed: {type(exc).__name__}"
+            save()
+    except Exception as exc:  # the kernel failed to start, or broke the protocol at shutdown
+        if state["kernel"] == "ok":
+            state["kernel"] = f"failed: {type(exc).__name__}"
+        save()
+    write_vouched(PLAN["executed"], nbformat.writes(notebook).encode())
+    report("G2C-DONE")
+
+
+if __name__ == "__main__":
+    main()
+    os._exit(0)

@@ -1,0 +1,92 @@
+"""One submission through the whole pipeline: load -> execute -> probe -> check -> score.
+
+``SubmissionGrader.grade`` never raises for anything a submission does: every problem ends
+up as a reason on the affected items, and the items that can still be graded are graded.
+"""
+from __future__ import annotations
+
+import hashlib
+import tempfile
+import time
+from pathlib import Path
+
+from grader import __version__
+from grader.assignment import Assignment
+from grader.checks import CheckContext, checks_for
+from grader.execute import ExecutionResult, execute_notebook, prepare_notebook
+from grader.load import Submission, load_submission
+from grader.probe import GraftError, ProbeResult, run_probe, submission_module_source
+from grader.rubric import Rubric
+from grader.sandbox import Sandbox
+from grader.score import GradeResult, score_items
+
+
+EXECUTED_NOTEBOOK = "executed.ipynb"   # the graded run with its outputs, for TAs
+
+
+class SubmissionGrader:
+    """Grades single submissions of one assignment with one sandbox configuration."""
+
+    def __init__(self, assignment: Assignment, sandbox: Sandbox, rubric: Rubric | None = None):
+        self.assignment = assignment
+        self.rubric = rubric or assignment.rubric
+        self.sandbox = sandbox
+        self.checks = checks_for(self.rubric)
+
+    def cache_key(self, submission_sha256: str) -> str:
+        """Same submission, grader version, assignment files and limits -> same key."""
+        parts = [submission_sha256, __version__, self.assignment.fingerprint, repr(self.rubric.limits),
+                 str(self.sandbox.sandboxed)]
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+    def grade(self, path: Path, submission_id: str) -> GradeResult:
+        started = time.monotonic()
+        limits = self.rubric.limits
+        submission = load_submission(path, submission_id, self.assignment.template,
+                                     int(limits.notebook_max_mib * 2**20))
+        notes = list(submission.notes)
+        execution, execution_problem = None, submission.fatal
+        probe, probe_problem = None, submission.fatal or submission.scaffold_problem
+        if submission.fatal is None:
+            with tempfile.TemporaryDirectory(prefix=f"g2c-{_safe(submission_id)}-") as scratch:
+                execution = self._execute(submission, Path(scratch), notes)
+            if submission.scaffold_source is not None:
+                with tempfile.TemporaryDirectory(prefix=f"g2c-{_safe(submission_id)}-probe-") as scratch:
+                    probe, probe_problem = self._probe(submission, Path(scratch), notes)
+        if not self.sandbox.sandboxed:
+            notes.append("WARNING: graded WITHOUT the bubblewrap sandbox (--allow-unsandboxed)")
+        context = CheckContext(self.rubric, self.assignment.master_path, probe, probe_problem,
+                               execution, execution_problem,
+                               execution.answers if execution else {})
+        items = score_items(self.rubric, self.checks.evaluate(context), submission)
+        if submission.fatal:
+            notes.insert(0, f"This notebook could not be graded: {submission.fatal}")
+        artifacts = {EXECUTED_NOTEBOOK: execution.executed_notebook} if execution and execution.executed_notebook else {}
+        return GradeResult(submission_id, self.rubric.assignment, __version__, submission.sha256, items,
+                           notes, time.monotonic() - started, self.cache_key(submission.sha256), artifacts)
+
+    def _execute(self, submission: Submission, scratch: Path, notes: list[str]) -> ExecutionResult:
+        prepared = prepare_notebook(submission.notebook, self.assignment.master, notes)
+        result = execute_notebook(prepared, self.sandbox, scratch, self.rubric.limits,
+                                  self.rubric.answer_variables)
+        notes.extend(result.notes)
+        notes.extend(f"stopped during execution: {reason}" for reason in result.stopped)
+        return result
+
+    def _probe(self, submission: Submission, scratch: Path,
+               notes: list[str]) -> tuple[ProbeResult | None, str | None]:
+        try:
+            source, graft_notes = submission_module_source(
+                self.assignment.master, submission.scaffold_source,
+                self.checks.CLASS_NAME, self.checks.STUDENT_METHODS)
+        except GraftError as exc:
+            return None, str(exc)
+        notes.extend(graft_notes)
+        result = run_probe(source, self.checks.probe_cases(self.rubric), self.sandbox, scratch,
+                           self.rubric.limits.probe_case_timeout_s)
+        notes.extend(f"stopped during the probe: {reason}" for reason in result.notes)
+        return result, None
+
+
+def _safe(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in text)[:40]

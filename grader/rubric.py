@@ -1,0 +1,150 @@
+"""The assignment's grading spec (``rubrics/<name>.yaml``) as typed data.
+
+Items are data, as in otter-grader: a name, points, tags, visibility and the hidden check
+that decides them. Limits and tolerances live here too, so one file configures a
+submission's grading; the CLI may override limits.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+TAGS = frozenset({"equivalence", "causality", "decay", "normalization", "alignment", "state",
+                  "hybrid", "benchmark", "memory-bill", "written", "execution", "format"})
+VISIBILITIES = frozenset({"visible", "hidden", "after_due_date", "after_published"})
+
+
+class RubricError(ValueError):
+    """The rubric file itself is wrong: the grader cannot run."""
+
+
+@dataclass(frozen=True)
+class Item:
+    name: str
+    points: float
+    tags: tuple[str, ...]
+    title: str
+    visibility: str = "visible"
+    baseline: bool = False
+
+
+@dataclass(frozen=True)
+class Criterion:
+    points: float
+    text: str
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    points: float
+    criteria: tuple[Criterion, ...]
+
+    @property
+    def item_name(self) -> str:
+        return f"written_{self.id}"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-submission resource limits (see grader.sandbox for how they are enforced)."""
+
+    memory_gib: float = 4
+    cpu_seconds: int = 1800
+    max_processes: int = 64
+    file_size_mib: int = 256
+    cell_output_kib: int = 1024
+    cell_timeout_s: float = 120
+    notebook_timeout_s: float = 900
+    probe_case_timeout_s: float = 60
+    notebook_max_mib: float = 50
+
+
+@dataclass(frozen=True)
+class Rubric:
+    assignment: str
+    checks: str
+    items: tuple[Item, ...]
+    questions: tuple[Question, ...]
+    limits: Limits
+    tolerances: dict[str, float]
+    answer_variables: tuple[str, ...]
+    settings: dict[str, Any] = field(default_factory=dict)
+    model: str = "claude-sonnet-4-5"
+    source_sha256: str = ""
+
+    def item(self, name: str) -> Item:
+        for item in self.items:
+            if item.name == name:
+                return item
+        raise KeyError(name)
+
+    @property
+    def max_score(self) -> float:
+        return sum(i.points for i in self.items) + sum(q.points for q in self.questions)
+
+    def with_limits(self, **overrides: Any) -> "Rubric":
+        """A copy whose limits take the given non-None overrides (from the CLI)."""
+        given = {k: v for k, v in overrides.items() if v is not None}
+        return replace(self, limits=replace(self.limits, **given))
+
+
+def load_rubric(path: Path) -> Rubric:
+    """Parse and validate a rubric file; raises RubricError with the offending entry."""
+    raw_text = path.read_bytes()
+    try:
+        raw = yaml.safe_load(raw_text)
+    except yaml.YAMLError as exc:
+        raise RubricError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise RubricError(f"{path}: expected a mapping at top level")
+    items = tuple(_item(entry, path) for entry in raw.get("items", []))
+    names = [i.name for i in items]
+    if len(set(names)) != len(names):
+        raise RubricError(f"{path}: duplicate item names")
+    written = raw.get("written") or {}
+    questions = tuple(
+        Question(str(q["id"]), float(q["points"]),
+                 tuple(Criterion(float(c["points"]), str(c["text"])) for c in q.get("criteria", [])))
+        for q in written.get("questions", []))
+    for q in questions:
+        if abs(sum(c.points for c in q.criteria) - q.points) > 1e-9:
+            raise RubricError(f"{path}: question {q.id}: criteria points do not add up to {q.points}")
+    known = {f.name for f in Limits.__dataclass_fields__.values()}
+    limits_raw = raw.get("limits") or {}
+    unknown = set(limits_raw) - known
+    if unknown:
+        raise RubricError(f"{path}: unknown limits {sorted(unknown)}")
+    reserved = {"assignment", "checks", "items", "written", "limits", "tolerances", "answer_variables"}
+    return Rubric(
+        assignment=str(raw["assignment"]),
+        checks=str(raw["checks"]),
+        items=items,
+        questions=questions,
+        limits=Limits(**limits_raw),
+        tolerances={k: float(v) for k, v in (raw.get("tolerances") or {}).items()},
+        answer_variables=tuple(raw.get("answer_variables") or ()),
+        settings={k: v for k, v in raw.items() if k not in reserved},
+        model=str(written.get("model", Rubric.model)),
+        source_sha256=hashlib.sha256(raw_text).hexdigest(),
+    )
+
+
+def _item(entry: dict[str, Any], path: Path) -> Item:
+    try:
+        item = Item(name=str(entry["name"]), points=float(entry["points"]),
+                    tags=tuple(entry["tags"]), title=str(entry.get("title", entry["name"])),
+                    visibility=str(entry.get("visibility", "visible")),
+                    baseline=bool(entry.get("baseline", False)))
+    except KeyError as exc:
+        raise RubricError(f"{path}: item {entry!r} lacks {exc}") from exc
+    bad = set(item.tags) - TAGS
+    if bad:
+        raise RubricError(f"{path}: item {item.name}: unknown tags {sorted(bad)}")
+    if item.visibility not in VISIBILITIES:
+        raise RubricError(f"{path}: item {item.name}: unknown visibility {item.visibility!r}")
+    return item

@@ -1,0 +1,696 @@
+"""Run one command for an untrusted submission, isolated and bounded.
+
+Everything the grader executes on behalf of a student (the notebook kernel, the probe
+harness) goes through :class:`Sandbox`. The trust model (DESIGN.md) says the student's code
+may try to read the hidden checks, reach the network, fork without bound, eat memory or
+disk, flood output or hang; the sandbox makes each of those fail or stop, and says what it
+stopped in :attr:`SandboxResult.stopped`.
+
+How a command is isolated (bubblewrap, ``bwrap``)
+-------------------------------------------------
+* **Namespaces**: new mount, PID, network, IPC, UTS and (when possible) cgroup namespaces.
+  The network namespace has only its own loopback: nothing outside can be reached, while a
+  Jupyter kernel and its client that *both* run inside still talk over 127.0.0.1. In the
+  PID namespace the command sees only its own processes; bubblewrap's reaper is PID 1
+  there, and when it dies the kernel kills every process of the namespace.
+* **Filesystem**: an empty root with read-only binds of only what running Python needs:
+  ``/usr`` (with the ``/bin``, ``/lib``... symlinks or directories), a few files of ``/etc``
+  (dynamic-loader cache, time zone, nsswitch), the Python installation
+  (``sys.base_prefix``), the virtualenv (``sys.prefix``) and the caller's
+  ``read_only_paths``. Nothing else of the host is visible: not the repository (the venv
+  may live inside it; only that folder is bound), not the hidden checks, not
+  ``/work/shared``, not other submissions, not the host's ``/tmp``. If the ``grader``
+  package itself lies inside a bound folder (a non-editable install in the venv), its
+  folder is masked by an empty, inaccessible tmpfs. The directories made to hold the binds
+  (``/root``, ``/work``...) are mode 0711: traversable, not listable. ``/proc`` and
+  ``/dev`` are fresh; ``/tmp`` and ``/dev/shm`` are private tmpfs of a quarter of the
+  memory limit each.
+* **Scratch**: the caller's ``scratch`` directory is bound read-write *at its own host
+  path* and the command starts there (cwd and ``HOME``), so argv can name files in scratch
+  by their host paths. Everything in scratch is handed to the sandbox user before each run
+  (ownership changed, symlinks not followed): whatever is found there afterwards was
+  possibly written by the student, and the trusted side must read it as such.
+* **An unprivileged user**: ``RLIMIT_NPROC`` is not enforced for root, nor for a user
+  namespace's user mapped onto host root (the kernel exempts kuid 0), and bwrap run by root
+  keeps every capability in the sandbox. So when the grader runs as root, bwrap gets *no*
+  user namespace and a tiny trusted launcher drops to a dedicated uid/gid
+  (``SANDBOX_UID_BASE + slot``), one per concurrent run, reserved with a lock file. That
+  uid owns no file outside scratch and has no capabilities (bwrap also sets no-new-privs);
+  the kernel counts its processes, so a fork bomb stops at ``max_processes`` and
+  ``kill(-1)`` reaches only the submission's own processes. When the grader is not root,
+  bwrap makes a user namespace instead and the limit counts the processes inside it.
+* **Resource limits** (set by the launcher, inherited by all descendants): ``RLIMIT_AS`` =
+  ``memory_bytes`` per process (a single-process memory bomb gets a ``MemoryError``;
+  ``import torch`` and a matmul need under 1 GiB of address space), ``RLIMIT_CPU`` (SIGXCPU
+  at the limit, SIGKILL 5 s later), ``RLIMIT_NPROC``, ``RLIMIT_FSIZE``, ``RLIMIT_CORE`` = 0,
+  and an OOM score of 1000 so that the kernel's OOM killer picks the sandbox before the
+  grader. The memory of the *whole* sandbox is watched too: every 0.25 s the watchdog adds
+  up the proportional set sizes of its processes and kills them all above
+  ``memory_bytes`` (many processes each under the per-process limit). cgroups are not used:
+  they are not reliably delegated to the grader.
+* **Watchdog**: after the wall-clock timeout the whole tree is killed (bwrap, whose
+  ``--die-with-parent`` takes the PID namespace down, its session, and every process of the
+  sandbox uid) and the result has ``timed_out=True``, ``returncode=None``. Nothing of a run
+  outlives it, timed out or not. stdout and stderr are read concurrently; beyond
+  ``output_bytes`` each, output is read and discarded, so the child never blocks on a full
+  pipe and the grader's memory stays bounded.
+
+The unsandboxed fallback
+------------------------
+Where bubblewrap cannot work (not installed, no namespaces in a container) and the caller
+explicitly allows it, the command runs as a plain subprocess with the same limits, watchdog
+and output caps, in a new session, in new network and PID namespaces when ``unshare``
+(util-linux) can make them, as the grader's own user. It hides nothing of the host, and the
+process limit does not bind root, so results say ``sandboxed=False``: it is for trusted
+code and for machines where nothing else is possible, not for grading real submissions.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import functools
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+__all__ = [
+    "Limits",
+    "SandboxResult",
+    "SandboxUnavailable",
+    "Sandbox",
+    "check_bubblewrap",
+    "SANDBOX_UID_BASE",
+    "SANDBOX_UID_SLOTS",
+]
+
+#: First uid (and gid) of the range the sandbox runs as when the grader runs as root:
+#: far above regular users (1000-59999) and the usual subordinate-uid ranges.
+SANDBOX_UID_BASE = 1_900_000_000
+#: How many sandboxes may run at the same time on one machine (one uid each).
+SANDBOX_UID_SLOTS = 256
+
+_WATCH_INTERVAL = 0.25  # seconds between two memory checks of the whole sandbox
+_CPU_KILL_GRACE = 5  # seconds between SIGXCPU (soft CPU limit) and SIGKILL (hard limit)
+_BWRAP_INSTALL_HINT = "bubblewrap is not installed: apt-get install bubblewrap"
+
+
+# --------------------------------------------------------------------------------------
+# Public types
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one sandboxed command."""
+
+    memory_bytes: int = 4 * 2**30  # address space of each process; memory of the whole sandbox
+    cpu_seconds: int = 900  # CPU time per process
+    max_processes: int = 64  # processes/threads the submission may create
+    file_size_bytes: int = 256 * 2**20  # largest file it may write
+    output_bytes: int = 2**20  # stdout/stderr captured, each; the rest is dropped with a note
+    wall_seconds: float = 900.0  # whole command; then the process tree is killed
+
+
+@dataclass
+class SandboxResult:
+    """What happened to one command."""
+
+    returncode: int | None  # None when killed by us; -N when the command died of signal N
+    stdout: str  # decoded with errors="replace", truncated to output_bytes with a note
+    stderr: str
+    timed_out: bool
+    wall_seconds: float
+    stopped: list[str]  # human-readable reasons for anything the sandbox stopped
+    sandboxed: bool  # False when run via the unsandboxed fallback
+
+
+class SandboxUnavailable(RuntimeError):
+    """bubblewrap cannot isolate commands on this machine (the message says why)."""
+
+
+@functools.cache
+def check_bubblewrap() -> str | None:
+    """None when bwrap can create the namespaces here, else a readable reason (cached).
+
+    Runs ``true`` through the very command line a sandboxed run uses, uid switch included.
+    """
+    if shutil.which("bwrap") is None:
+        return _BWRAP_INSTALL_HINT
+    with tempfile.TemporaryDirectory(prefix="g2c-sandbox-check-") as tmp:
+        scratch = Path(tmp).resolve()
+        lease = _UidLease() if os.geteuid() == 0 else None
+        try:
+            if lease:
+                _give_to(scratch, lease.uid)
+            argv = _bwrap_argv(Limits(), (), scratch, lease.uid if lease else -1, ["true"])
+            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                                  timeout=60, env=_environment(scratch, "/tmp", None))
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"bubblewrap cannot run here: {exc}"
+        finally:
+            if lease:
+                lease.release()
+    if proc.returncode != 0:
+        detail = proc.stderr.decode(errors="replace").strip() or f"exit status {proc.returncode}"
+        return f"bubblewrap cannot create the sandbox here: {detail}"
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# The sandbox
+# --------------------------------------------------------------------------------------
+
+
+class Sandbox:
+    """Runs commands for an untrusted submission (see the module docstring).
+
+    ``allow_unsandboxed`` falls back to a plain subprocess with the same limits when
+    bubblewrap is unusable; ``force_unsandboxed`` always does (tests, debugging). Without
+    either, an unusable bubblewrap raises :class:`SandboxUnavailable` with the reason.
+    One ``Sandbox`` may run several commands at once, from several threads.
+    """
+
+    def __init__(self, limits: Limits = Limits(), *, allow_unsandboxed: bool = False,
+                 read_only_paths: Sequence[Path] = (), force_unsandboxed: bool = False) -> None:
+        self.limits = limits
+        self.read_only_paths = tuple(Path(p).resolve() for p in read_only_paths)
+        for path in self.read_only_paths:
+            if _is_within(_package_dir(), path):
+                raise ValueError(f"read_only_paths would expose the grader's checks: {path}")
+        #: Why bubblewrap is not used (None when it is).
+        self.unsandboxed_reason = "forced" if force_unsandboxed else check_bubblewrap()
+        if self.unsandboxed_reason is not None and not (allow_unsandboxed or force_unsandboxed):
+            raise SandboxUnavailable(self.unsandboxed_reason)
+        self.sandboxed = self.unsandboxed_reason is None
+
+    def run(self, argv: Sequence[str], *, scratch: Path, env: Mapping[str, str] | None = None,
+            timeout: float | None = None, stdin: bytes | None = None) -> SandboxResult:
+        """Run ``argv`` in ``scratch`` (bound at its own path; cwd and HOME there).
+
+        ``env`` is laid over the sandbox's defaults (PATH to the venv first, HOME,
+        LANG=C.UTF-8, TMPDIR, PYTHONDONTWRITEBYTECODE=1, cache and config dirs in the
+        private /tmp): nothing of the grader's environment leaks in. ``timeout`` (seconds)
+        overrides ``limits.wall_seconds``. Whatever the command does, this returns a result.
+        """
+        if not argv:
+            raise ValueError("empty argv")
+        scratch = Path(scratch).resolve()
+        if not scratch.is_dir():
+            raise ValueError(f"scratch is not a directory: {scratch}")
+        if _is_within(_package_dir(), scratch):
+            raise ValueError(f"scratch would expose the grader's checks: {scratch}")
+        timeout = self.limits.wall_seconds if timeout is None else timeout
+
+        if not self.sandboxed:
+            tmp = scratch / ".tmp"
+            tmp.mkdir(exist_ok=True)
+            command = [*_unshare_prefix(), *_launcher_argv(self.limits, -1, argv)]
+            return self._supervise(command, _environment(scratch, str(tmp), env), scratch,
+                                   None, timeout, stdin)
+        lease = _UidLease() if os.geteuid() == 0 else None
+        try:
+            uid = lease.uid if lease else None
+            if uid is not None:
+                _give_to(scratch, uid)
+            command = _bwrap_argv(self.limits, self.read_only_paths, scratch,
+                                  -1 if uid is None else uid, argv)
+            return self._supervise(command, _environment(scratch, "/tmp", env), scratch,
+                                   uid, timeout, stdin)
+        finally:
+            if lease:
+                lease.release()
+
+    def _supervise(self, command: list[str], env: dict[str, str], scratch: Path,
+                   uid: int | None, timeout: float, stdin: bytes | None) -> SandboxResult:
+        """Start ``command``, watch it, take its whole tree down, and report."""
+        limits = self.limits
+        stopped: list[str] = []
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            command, cwd=scratch, env=env, start_new_session=True,
+            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        out = _CappedReader(proc.stdout, limits.output_bytes)
+        err = _CappedReader(proc.stderr, limits.output_bytes)
+        if stdin is not None:
+            assert proc.stdin is not None
+            threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True).start()
+
+        watch = _ExitWatch(proc.pid)
+        killed = timed_out = False
+        deadline = start + timeout
+        try:
+            while not watch.wait(max(0.0, min(_WATCH_INTERVAL, deadline - time.monotonic()))):
+                if time.monotonic() >= deadline:
+                    timed_out = killed = True
+                    stopped.append(f"killed after {timeout:g} s wall-clock timeout")
+                    break
+                in_use = _memory_in_use(_sandbox_pids(uid, proc.pid))
+                if in_use > limits.memory_bytes:
+                    killed = True
+                    stopped.append(f"memory limit {_size(limits.memory_bytes)} reached "
+                                   f"({_size(in_use)} in use by the sandbox's processes); killed")
+                    break
+            # Not reaped yet, so its pid, process group and session are still ours.
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            _kill_processes(uid, proc.pid)
+        finally:
+            watch.close()
+            proc.wait()
+        out.join(timeout=5)
+        err.join(timeout=5)
+        elapsed = time.monotonic() - start
+
+        returncode = None if killed else proc.returncode
+        if returncode is not None and self.sandboxed and 128 < returncode <= 128 + 64:
+            returncode = 128 - returncode  # bwrap reports "died of signal N" as 128+N
+        stderr = err.text()
+        stopped += self._explain(returncode, stderr)
+        for name, reader in (("stdout", out), ("stderr", err)):
+            if reader.dropped:
+                stopped.append(f"{name} output truncated at {_size(limits.output_bytes)} "
+                               f"({reader.dropped} bytes dropped)")
+        return SandboxResult(returncode=returncode, stdout=out.text(), stderr=stderr,
+                             timed_out=timed_out, wall_seconds=elapsed, stopped=stopped,
+                             sandboxed=self.sandboxed)
+
+    def _explain(self, returncode: int | None, stderr: str) -> list[str]:
+        """Readable reasons for the limits the command visibly ran into (best effort)."""
+        limits, reasons = self.limits, []
+        if "MemoryError" in stderr or "Cannot allocate memory" in stderr:
+            reasons.append(f"memory limit {_size(limits.memory_bytes)} reached (MemoryError)")
+        elif returncode == -signal.SIGKILL:
+            reasons.append(f"killed by SIGKILL (out of memory at {_size(limits.memory_bytes)}, "
+                           "or killed by the submission's own code)")
+        if returncode == -signal.SIGXCPU:
+            reasons.append(f"CPU time limit {limits.cpu_seconds} s reached")
+        if returncode == -signal.SIGXFSZ or "File too large" in stderr:
+            reasons.append(f"file size limit {_size(limits.file_size_bytes)} reached")
+        if "Resource temporarily unavailable" in stderr or "can't start new thread" in stderr:
+            reasons.append(f"process limit {limits.max_processes} reached")
+        return reasons
+
+
+# --------------------------------------------------------------------------------------
+# The command line: bwrap, the launcher, the environment
+# --------------------------------------------------------------------------------------
+
+
+def _bwrap_argv(limits: Limits, read_only_paths: Sequence[Path], scratch: Path, uid: int,
+                argv: Sequence[str]) -> list[str]:
+    """bwrap ... -- launcher ... argv, for ``scratch`` and sandbox ``uid`` (-1: keep ours)."""
+    tmp_size = str(max(limits.memory_bytes // 4, 16 * 2**20))
+    plan = _MountPlan()
+    for path in sorted({*_python_paths(), *read_only_paths}, key=lambda p: len(p.parts)):
+        plan.bind("--ro-bind", path)
+    plan.mask(_package_dir())
+    plan.bind("--bind", scratch)
+    return [
+        shutil.which("bwrap") or "bwrap", *_namespace_flags(),
+        "--die-with-parent", "--new-session", "--hostname", "sandbox",
+        *_system_binds(),
+        "--proc", "/proc", "--dev", "/dev",
+        "--perms", "1777", "--size", tmp_size, "--tmpfs", "/tmp",
+        "--perms", "1777", "--size", tmp_size, "--tmpfs", "/dev/shm",
+        *plan.args,
+        "--chdir", str(scratch),
+        "--", *_launcher_argv(limits, uid, argv),
+    ]
+
+
+def _namespace_flags() -> list[str]:
+    """bwrap's namespace options for the user the grader runs as (see module docstring)."""
+    if os.geteuid() == 0:
+        # No user namespace: the launcher drops to a real unprivileged uid instead.
+        return ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+                "--unshare-cgroup-try"]
+    return ["--unshare-all"]
+
+
+# Run as ``python -I -S -c _LAUNCHER UID LIMITS ARGV...``: the last trusted code before the
+# command. Sets the rlimits, volunteers for the OOM killer, drops to UID (if >= 0), execs.
+_LAUNCHER = """\
+import os, resource, sys
+uid, limits, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+for item in limits.split(","):
+    name, values = item.split("=")
+    soft, hard = map(int, values.split(":"))
+    resource.setrlimit(getattr(resource, name), (soft, hard))
+try:
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("1000")
+except OSError:
+    pass
+if uid >= 0:
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+os.execvp(argv[0], argv)
+"""
+
+
+def _launcher_argv(limits: Limits, uid: int, argv: Sequence[str]) -> list[str]:
+    rlimits = {
+        "RLIMIT_AS": (limits.memory_bytes, limits.memory_bytes),
+        "RLIMIT_CPU": (limits.cpu_seconds, limits.cpu_seconds + _CPU_KILL_GRACE),
+        "RLIMIT_NPROC": (limits.max_processes, limits.max_processes),
+        "RLIMIT_FSIZE": (limits.file_size_bytes, limits.file_size_bytes),
+        "RLIMIT_CORE": (0, 0),
+    }
+    spec = ",".join(f"{name}={soft}:{hard}" for name, (soft, hard) in rlimits.items())
+    return [sys.executable, "-I", "-S", "-c", _LAUNCHER, str(uid), spec, *argv]
+
+
+def _environment(scratch: Path, tmp: str, env: Mapping[str, str] | None) -> dict[str, str]:
+    """The command's whole environment: sandbox defaults, then the caller's ``env``."""
+    defaults = {
+        "PATH": f"{Path(sys.prefix).resolve()}/bin:/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(scratch),
+        "LANG": "C.UTF-8",
+        "USER": "sandbox",  # no passwd entry is needed: getpass.getuser() reads these
+        "LOGNAME": "sandbox",
+        "TMPDIR": tmp,
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "MPLCONFIGDIR": f"{tmp}/matplotlib",
+        "XDG_CACHE_HOME": f"{tmp}/cache",
+        "IPYTHONDIR": f"{tmp}/ipython",
+        "JUPYTER_RUNTIME_DIR": f"{tmp}/jupyter-runtime",
+    }
+    return {**defaults, **(env or {})}
+
+
+@functools.cache
+def _unshare_prefix() -> tuple[str, ...]:
+    """The strongest ``unshare`` wrapper that works here, for the unsandboxed fallback."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return ()
+    for flags in (("--net", "--pid", "--fork", "--kill-child"), ("--net",)):
+        try:
+            ok = subprocess.run([unshare, *flags, "true"], stdin=subprocess.DEVNULL,
+                                capture_output=True, timeout=30).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            ok = False
+        if ok:
+            return (unshare, *flags, "--")
+    return ()
+
+
+# --------------------------------------------------------------------------------------
+# The filesystem the sandbox sees
+# --------------------------------------------------------------------------------------
+
+_ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone",
+              "nsswitch.conf", "alternatives")
+_ROOT_ENTRIES = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+
+def _system_binds() -> list[str]:
+    """Read-only ``/usr``, the ``/bin``-style entries of ``/`` and a minimal ``/etc``."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in _ROOT_ENTRIES:
+        host = Path("/") / name
+        if host.is_symlink():  # merged /usr (Debian): /bin -> usr/bin
+            args += ["--symlink", os.readlink(host), str(host)]
+        elif host.is_dir():
+            args += ["--ro-bind", str(host), str(host)]
+    for name in _ETC_FILES:
+        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    return args
+
+
+def _python_paths() -> list[Path]:
+    """The Python installation and the virtualenv the grader runs, outside ``/usr``."""
+    paths = [Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(),
+             Path(sys.executable).resolve().parent.parent]
+    return [p for p in paths if not _is_within(p, Path("/usr"))]
+
+
+def _package_dir() -> Path:
+    """This package's folder: it holds the hidden checks and must never be visible."""
+    return Path(__file__).resolve().parent
+
+
+def _is_within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+class _MountPlan:
+    """bwrap arguments for binds at their host paths, with tidy parent directories.
+
+    bwrap would create the missing parents of a bind as mode 0700 directories, which the
+    unprivileged sandbox user could not traverse. They are created first as 0711
+    (traversable, not listable), except where a parent comes from a bind already.
+    """
+
+    def __init__(self) -> None:
+        self.args: list[str] = []
+        self._binds: list[Path] = [Path("/usr")]
+        self._made: set[Path] = set()
+
+    def _in_bind(self, path: Path) -> bool:
+        return any(_is_within(path, bound) for bound in self._binds)
+
+    def bind(self, option: str, path: Path) -> None:
+        if self._in_bind(path):
+            if option == "--ro-bind":
+                return  # visible already, read-only, through an enclosing bind
+        else:
+            for parent in reversed(path.parents):
+                if parent != Path("/") and parent not in self._made and not self._in_bind(parent):
+                    self.args += ["--perms", "0711", "--dir", str(parent)]
+                    self._made.add(parent)
+        self.args += [option, str(path), str(path)]
+        self._binds.append(path)
+
+    def mask(self, path: Path) -> None:
+        """Hide ``path`` behind an empty, inaccessible tmpfs if a bind shows it."""
+        if self._in_bind(path) and path.is_dir():
+            self.args += ["--perms", "0000", "--tmpfs", str(path)]
+
+
+# --------------------------------------------------------------------------------------
+# Sandbox uids (grader running as root)
+# --------------------------------------------------------------------------------------
+
+
+class _UidLease:
+    """Reserve a uid of the sandbox range for one run (a lock file is held meanwhile)."""
+
+    def __init__(self) -> None:
+        lock_dir = Path(tempfile.gettempdir()) / "g2c-grader-sandbox-uids"
+        lock_dir.mkdir(mode=0o700, exist_ok=True)
+        info = lock_dir.lstat()
+        if lock_dir.is_symlink() or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+            raise RuntimeError(f"{lock_dir} is not a private directory of this user")
+        for slot in range(SANDBOX_UID_SLOTS):
+            fd = os.open(lock_dir / f"{slot}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
+                    continue
+                raise
+            self._fd = fd
+            self.uid = SANDBOX_UID_BASE + slot
+            _kill_processes(self.uid, None)  # leftovers of a grader that crashed
+            return
+        raise RuntimeError(f"all {SANDBOX_UID_SLOTS} sandbox uids are in use")
+
+    def release(self) -> None:
+        os.close(self._fd)
+
+
+def _give_to(scratch: Path, uid: int) -> None:
+    """chown scratch and everything in it to ``uid``, never following a symlink."""
+    os.chown(scratch, uid, uid, follow_symlinks=False)
+    for dirpath, dirnames, filenames in os.walk(scratch, followlinks=False):
+        for name in dirnames + filenames:
+            try:
+                os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
+            except FileNotFoundError:
+                pass
+
+
+# --------------------------------------------------------------------------------------
+# The processes of a run: find, measure, kill
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Proc:
+    pid: int
+    ppid: int
+    session: int
+    uid: int
+    zombie: bool
+
+
+def _processes() -> Iterator[_Proc]:
+    """Every process on the host, as /proc shows them."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+            uid = entry.stat().st_uid
+        except OSError:
+            continue
+        # The command name (field 2) is in parentheses and may contain anything.
+        state, ppid, _pgrp, session = stat[stat.rfind(b")") + 2:].split()[:4]
+        yield _Proc(int(entry.name), int(ppid), int(session), uid, state == b"Z")
+
+
+def _sandbox_pids(uid: int | None, root_pid: int | None) -> set[int]:
+    """Live processes of a run: those of its ``uid``, and the descendants and session of
+    ``root_pid`` (the process we started in a session of its own, not yet reaped)."""
+    procs = [p for p in _processes() if not p.zombie or p.pid == root_pid]
+    found = {p.pid for p in procs if p.uid == uid or (root_pid and p.session == root_pid)}
+    if root_pid is not None:
+        children: dict[int, list[int]] = {}
+        for p in procs:
+            children.setdefault(p.ppid, []).append(p.pid)
+        todo = [root_pid]
+        while todo:
+            pid = todo.pop()
+            found.add(pid)
+            todo += children.get(pid, [])
+    found.discard(os.getpid())
+    return found
+
+
+def _memory_in_use(pids: set[int]) -> int:
+    """Proportional set size (bytes) of ``pids`` together: shared pages are split."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+                for line in f:
+                    if line.startswith(b"Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def _kill_processes(uid: int | None, root_pid: int | None, *, settle: float = 5.0) -> None:
+    """SIGKILL the run's processes until none is left (or ``settle`` seconds passed).
+
+    ``root_pid`` must not be reaped yet, so that neither its pid nor its session id can
+    belong to an unrelated process.
+    """
+    deadline = time.monotonic() + settle
+    while True:
+        alive = False
+        for pid in _sandbox_pids(uid, root_pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                continue
+            alive = alive or pid != root_pid
+        if not alive or time.monotonic() > deadline:
+            return
+        time.sleep(0.01)
+
+
+class _ExitWatch:
+    """Wait for a child to exit *without reaping it*, so its pid stays reserved."""
+
+    def __init__(self, pid: int) -> None:
+        self._pid = pid
+        try:
+            self._fd: int | None = os.pidfd_open(pid)
+        except (AttributeError, OSError):  # Linux < 5.3
+            self._fd = None
+
+    def wait(self, timeout: float) -> bool:
+        """True once the child has exited (waits at most ``timeout`` seconds)."""
+        if self._fd is not None:
+            ready, _, _ = select.select([self._fd], [], [], timeout)
+            return bool(ready) or self._exited()
+        end = time.monotonic() + timeout
+        while not self._exited() and time.monotonic() < end:
+            time.sleep(0.01)
+        return self._exited()
+
+    def _exited(self) -> bool:
+        return os.waitid(os.P_PID, self._pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+
+
+# --------------------------------------------------------------------------------------
+# Output capture
+# --------------------------------------------------------------------------------------
+
+
+class _CappedReader(threading.Thread):
+    """Read a pipe to its end, keeping the first ``cap`` bytes and counting the rest."""
+
+    def __init__(self, pipe: IO[bytes], cap: int) -> None:
+        super().__init__(daemon=True)
+        self._pipe, self._cap = pipe, cap
+        self._chunks: list[bytes] = []
+        self.kept = 0
+        self.dropped = 0
+        self.start()
+
+    def run(self) -> None:
+        fd = self._pipe.fileno()
+        try:
+            while chunk := os.read(fd, 1 << 16):
+                keep = chunk[: max(0, self._cap - self.kept)]
+                if keep:
+                    self._chunks.append(keep)
+                    self.kept += len(keep)
+                self.dropped += len(chunk) - len(keep)
+        except OSError:
+            pass
+        finally:
+            self._pipe.close()
+
+    def text(self) -> str:
+        text = b"".join(self._chunks).decode("utf-8", errors="replace")
+        if self.dropped:
+            text += f"\n[... truncated {self.dropped} bytes]\n"
+        return text
+
+
+def _feed(pipe: IO[bytes], data: bytes) -> None:
+    """Write ``data`` to the command's stdin, then close it (the command may not read)."""
+    try:
+        pipe.write(data)
+    except OSError:
+        pass
+    finally:
+        try:
+            pipe.close()
+        except OSError:
+            pass
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"

@@ -1,0 +1,99 @@
+"""Stage 5, score: turn verdicts into the per-item results of ``results.json``."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from grader.checks import Verdict
+from grader.load import Submission
+from grader.rubric import Rubric
+
+STATUSES = ("passed", "failed", "error", "pending_review")
+
+
+@dataclass
+class ItemResult:
+    name: str
+    title: str
+    score: float
+    max_score: float
+    status: str
+    output: str
+    tags: list[str]
+    visibility: str = "visible"
+
+
+@dataclass
+class GradeResult:
+    submission_id: str
+    assignment: str
+    grader_version: str
+    submission_sha256: str
+    items: list[ItemResult]
+    notes: list[str] = field(default_factory=list)
+    execution_time: float = 0.0
+    cache_key: str = ""
+    artifacts: dict[str, bytes] = field(default_factory=dict)   # extra files for DIR/<id>/
+
+    @property
+    def score(self) -> float:
+        return round(sum(i.score for i in self.items), 4)
+
+    @property
+    def max_score(self) -> float:
+        return round(sum(i.max_score for i in self.items), 4)
+
+    def to_json(self) -> dict[str, Any]:
+        """Gradescope's autograder schema plus the contract's extra fields."""
+        return {
+            "score": self.score,
+            "output": "\n".join(self.notes) if self.notes else "Graded.",
+            "execution_time": round(self.execution_time, 2),
+            "tests": [{"name": i.name, "score": i.score, "max_score": i.max_score,
+                       "output": f"{i.title}\n{i.output}", "visibility": i.visibility,
+                       "tags": i.tags, "status": i.status} for i in self.items],
+            "submission_id": self.submission_id,
+            "assignment": self.assignment,
+            "grader_version": self.grader_version,
+            "submission_sha256": self.submission_sha256,
+            "cache_key": self.cache_key,
+        }
+
+
+def score_items(rubric: Rubric, verdicts: dict[str, Verdict], submission: Submission) -> list[ItemResult]:
+    """One result per rubric item, autograded items first, then written questions."""
+    results = []
+    for item in rubric.items:
+        verdict = verdicts.get(item.name) or Verdict("error", "no check decided this item (grader bug)")
+        results.append(ItemResult(item.name, item.title, round(item.points * verdict.score_fraction, 4),
+                                  item.points, verdict.status, verdict.message, list(item.tags),
+                                  item.visibility))
+    for question in rubric.questions:
+        answer = submission.answers.get(question.id)
+        if submission.notebook is None:
+            status, output = "error", f"not graded: {submission.fatal}"
+        elif answer is None:
+            status, output = "failed", "the Question/Answer cell for this question was not found"
+        elif answer.is_blank:
+            status, output = "failed", "not submitted (the answer is blank)"
+        else:
+            status, output = "pending_review", "awaiting review of the written answer"
+        results.append(ItemResult(question.item_name, f"Written: {question.id}", 0.0, question.points,
+                                  status, output, ["written"]))
+    return results
+
+
+def result_from_json(data: dict[str, Any]) -> GradeResult:
+    """Read back a results.json written by ``GradeResult.to_json``."""
+    items = []
+    for test in data.get("tests", []):
+        title, _, output = str(test.get("output", "")).partition("\n")
+        items.append(ItemResult(test["name"], title, float(test["score"]), float(test["max_score"]),
+                                test.get("status", "failed"), output, list(test.get("tags", [])),
+                                test.get("visibility", "visible")))
+    notes = [] if data.get("output") == "Graded." else str(data.get("output", "")).splitlines()
+    return GradeResult(data["submission_id"], data["assignment"], data["grader_version"],
+                       data["submission_sha256"], items, notes, float(data.get("execution_time", 0)),
+                       data.get("cache_key", ""))
+
+

@@ -1,0 +1,81 @@
+"""Reading what sandboxed code wrote, without trusting it.
+
+Everything in a scratch directory belongs to the submission after a run: any file may be a
+symlink to a host path, huge, or garbage. These readers refuse paths that resolve outside
+the scratch root, never follow a final symlink, read only regular files up to a size limit,
+and parse JSON and npy with pickle disabled. Given a ``sha256``, they also refuse a file
+whose digest differs (what a trusted process inside the sandbox vouched for, see
+``harness/probe_harness.py``): pass ``""`` for a file nobody vouched for, to refuse it.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def read_bytes(path: Path, root: Path, max_bytes: int, sha256: str | None = None) -> bytes | None:
+    """The file's bytes, or None when it is absent, not a regular file, outside root, too big,
+    or (``sha256`` given) not the file whose digest that is."""
+    try:
+        if not Path(os.path.realpath(path)).is_relative_to(os.path.realpath(root)):
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(max_bytes + 1)
+        if len(data) > max_bytes or (sha256 is not None and hashlib.sha256(data).hexdigest() != sha256):
+            return None
+        return data
+    finally:
+        os.close(fd)
+
+
+def read_json(path: Path, root: Path, max_bytes: int, sha256: str | None = None) -> dict[str, Any] | None:
+    """A JSON object, or None when unreadable (see read_bytes) or not a JSON object."""
+    data = read_bytes(path, root, max_bytes, sha256)
+    if data is None:
+        return None
+    try:
+        value = json.loads(data.decode("utf-8", errors="replace"))
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def read_float_array(path: Path, root: Path, max_bytes: int, sha256: str | None = None) -> np.ndarray | None:
+    """A floating-point npy array (pickle disabled), or None."""
+    data = read_bytes(path, root, max_bytes, sha256)
+    if data is None:
+        return None
+    try:
+        value = np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, OSError, EOFError):
+        return None
+    return value if isinstance(value, np.ndarray) and value.dtype.kind == "f" else None
+
+
+VOUCHER_LINE = re.compile(r"G2C-FILE ([0-9a-f]{64}) (\S+)")
+
+
+def vouched_files(stdout: str) -> dict[str, str]:
+    """File name -> SHA-256 from the ``G2C-FILE <sha256> <name>`` lines that a trusted process
+    inside the sandbox printed on its own stdout (the last line for a name wins)."""
+    found: dict[str, str] = {}
+    for line in stdout.splitlines():
+        match = VOUCHER_LINE.fullmatch(line.strip())
+        if match:
+            found[match.group(2)] = match.group(1)
+    return found
