@@ -329,8 +329,6 @@ def _case_output(out_dir: Path, scratch: Path, name: str, record: dict[str, Any]
         status = "error"
     info = record.get("info") if isinstance(record.get("info"), dict) else {}
     names = list(OUTPUT_ARRAYS.get(case.kind, ()))
-    if case.kind == "hybrid":
-        names += [f"param.{p}" for p in info.get("parameter_names", []) if isinstance(p, str)][:200]
     arrays = {}
     for array in names:
         file_name = f"{name}__{array}.npy"

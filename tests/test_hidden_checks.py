@@ -30,6 +30,7 @@ MUTANTS = {
     "mutant_heads_mixed": ("decay_per_head", "heads are mixed up"),
 }
 CORRECT = ("correct_explicit_loops", "correct_cumsum", "correct_einsum", "correct_float32_only")
+CHEATS = ("cheat_tampers_with_parameters",)
 
 
 def probe_verdicts(assignment, sandbox, scaffold: str) -> dict[str, Verdict]:
@@ -46,7 +47,7 @@ def probe_verdicts(assignment, sandbox, scaffold: str) -> dict[str, Verdict]:
 
 @pytest.fixture(scope="module")
 def verdicts(assignment, sandbox) -> dict[str, dict[str, Verdict]]:
-    names = list(MUTANTS) + list(CORRECT)
+    names = list(MUTANTS) + list(CORRECT) + list(CHEATS)
     with ThreadPoolExecutor(max_workers=2) as pool:
         found = pool.map(lambda n: probe_verdicts(assignment, sandbox, (SCAFFOLDS / f"{n}.py").read_text()),
                          names)
@@ -68,6 +69,12 @@ def test_mutant_keeps_the_items_its_code_deserves(verdicts, mutant):
     assert found["scaffold_present"].status == "passed"
     assert any(v.status == "failed" for v in found.values())
     assert any(v.status == "passed" for name, v in found.items() if name != "scaffold_present")
+
+
+def test_tampering_with_parameters_fails_the_hybrid_model(verdicts):
+    """The reference model is built from the seed, not from what the student's process reports."""
+    verdict = verdicts["cheat_tampers_with_parameters"]["hybrid_lm"]
+    assert verdict.status == "failed" and "built from the same seed" in verdict.message
 
 
 def test_history_cache_also_fails_resuming_from_its_state(verdicts):
