@@ -60,32 +60,28 @@ def _case_name(kind: str, shape: int, gamma: str, dtype: str, extra: str = "") -
     return f"{kind}_s{shape}_{gamma}{extra}_{dtype}"
 
 
+def _form_cases(shape_index: int, gamma: str, seed: list[int], query_bias: float | None = None,
+                extra: str = "") -> list[ProbeCase]:
+    """One input run through forward and through step, in float64 and in float32."""
+    batch, tokens, dim, heads = SHAPES[shape_index]
+    rng = np.random.default_rng(seed)
+    arrays = _weights(rng, dim, query_bias)
+    arrays["gamma_logit"] = np.array(_logits(gamma, heads))
+    arrays["x"] = rng.standard_normal((batch, tokens, dim))
+    return [ProbeCase(_case_name(kind, shape_index, gamma, dtype, extra), kind,
+                      {"embedding_dim": dim, "num_heads": heads, "dtype": dtype}, arrays)
+            for dtype in DTYPES for kind in ("forward", "steps")]
+
+
 def probe_cases(rubric: Rubric) -> list[ProbeCase]:
     """Every input the harness runs, generated deterministically."""
     cases: list[ProbeCase] = []
-    for shape_index, (batch, tokens, dim, heads) in enumerate(SHAPES):
+    for shape_index in range(len(SHAPES)):
         for gamma in GAMMAS:
-            rng = np.random.default_rng([shape_index, GAMMAS.index(gamma)])
-            arrays = _weights(rng, dim, None)
-            arrays["gamma_logit"] = np.array(_logits(gamma, heads))
-            arrays["x"] = rng.standard_normal((batch, tokens, dim))
-            for dtype in DTYPES:
-                config = {"embedding_dim": dim, "num_heads": heads, "dtype": dtype}
-                for kind in ("forward", "steps"):
-                    cases.append(ProbeCase(_case_name(kind, shape_index, gamma, dtype), kind,
-                                           config, arrays))
+            cases += _form_cases(shape_index, gamma, [shape_index, GAMMAS.index(gamma)])
     # Tiny phi(q).z for the decay items (see SMALL_QUERY_BIAS).
     for gamma in ("mild", "strong"):
-        batch, tokens, dim, heads = SHAPES[1]
-        rng = np.random.default_rng([7, GAMMAS.index(gamma)])
-        arrays = _weights(rng, dim, SMALL_QUERY_BIAS)
-        arrays["gamma_logit"] = np.array(_logits(gamma, heads))
-        arrays["x"] = rng.standard_normal((batch, tokens, dim))
-        for dtype in DTYPES:
-            config = {"embedding_dim": dim, "num_heads": heads, "dtype": dtype}
-            for kind in ("forward", "steps"):
-                cases.append(ProbeCase(_case_name(kind, 1, gamma, dtype, "-smallq"), kind,
-                                       config, arrays))
+        cases += _form_cases(1, gamma, [7, GAMMAS.index(gamma)], SMALL_QUERY_BIAS, "-smallq")
     # Causality: the same weights on an input whose tokens after `cut` are replaced.
     for shape_index in (1, 2, 3):
         batch, tokens, dim, heads = SHAPES[shape_index]
