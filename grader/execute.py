@@ -51,7 +51,6 @@ class ExecutionResult:
     stopped: list[str] = field(default_factory=list)   # what the sandbox stopped
     notes: list[str] = field(default_factory=list)
     executed_notebook: bytes | None = None           # the run's notebook with outputs, for TAs
-    seconds: float = 0.0
 
     def problems(self) -> list[str]:
         """Readable reasons why the run was not clean (empty when every cell ran)."""
@@ -152,7 +151,7 @@ def execute_notebook(notebook: nbformat.NotebookNode, sandbox: Sandbox, scratch:
         cells=runs, kernel=kernel, timed_out=result.timed_out,
         answers={k: v for k, v in answers.items() if k in answer_variables},
         stopped=list(result.stopped), notes=notes,
-        executed_notebook=executed, seconds=result.wall_seconds)
+        executed_notebook=executed)
 
 
 def _tail(what: str, stderr: str) -> str:

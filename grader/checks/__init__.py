@@ -22,12 +22,10 @@ class Verdict:
 
     status: str                       # passed | failed | error
     message: str
-    fraction: float | None = None     # of the item's points; None means 1 if passed else 0
 
     @property
     def score_fraction(self) -> float:
-        if self.fraction is not None:
-            return self.fraction
+        """Items are all or nothing: a passed item earns its points."""
         return 1.0 if self.status == "passed" else 0.0
 
 
