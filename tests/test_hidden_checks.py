@@ -5,12 +5,15 @@ through the real probe (in the sandbox) and the real checks.
 """
 from __future__ import annotations
 
+import ast
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import nbformat
 import pytest
 
+from grader import cells
 from grader.checks import CheckContext, Verdict
 from grader.checks import linear_attention as checks
 from grader.probe import run_probe, submission_module_source
@@ -33,6 +36,18 @@ CORRECT = ("correct_explicit_loops", "correct_cumsum", "correct_einsum", "correc
 CHEATS = ("cheat_tampers_with_parameters",)
 
 
+def with_reference_methods(scaffold: str, master: nbformat.NotebookNode) -> str:
+    """A mutant file holds only its buggy method(s); the others come from the reference."""
+    reference = next(cells.source(c) for c in master.cells if cells.SCAFFOLD in cells.tags(c))
+    reference_class = next(n for n in ast.parse(reference).body if isinstance(n, ast.ClassDef))
+    tree = ast.parse(scaffold)
+    student_class = next(n for n in tree.body if isinstance(n, ast.ClassDef))
+    written = {n.name for n in student_class.body if isinstance(n, ast.FunctionDef)}
+    student_class.body += [n for n in reference_class.body if isinstance(n, ast.FunctionDef)
+                           and n.name in checks.STUDENT_METHODS - written]
+    return ast.unparse(tree)
+
+
 def probe_verdicts(assignment, sandbox, scaffold: str) -> dict[str, Verdict]:
     source, _ = submission_module_source(assignment.master, scaffold, checks.CLASS_NAME,
                                          checks.STUDENT_METHODS)
@@ -49,8 +64,9 @@ def probe_verdicts(assignment, sandbox, scaffold: str) -> dict[str, Verdict]:
 def verdicts(assignment, sandbox) -> dict[str, dict[str, Verdict]]:
     names = list(MUTANTS) + list(CORRECT) + list(CHEATS)
     with ThreadPoolExecutor(max_workers=2) as pool:
-        found = pool.map(lambda n: probe_verdicts(assignment, sandbox, (SCAFFOLDS / f"{n}.py").read_text()),
-                         names)
+        found = pool.map(lambda n: probe_verdicts(
+            assignment, sandbox, with_reference_methods((SCAFFOLDS / f"{n}.py").read_text(), assignment.master)),
+            names)
         return dict(zip(names, found))
 
 
