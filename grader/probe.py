@@ -4,17 +4,18 @@ The module the harness imports is built here from the grader's own copy of the p
 code (the master notebook's ``provided`` cells) and only the student-written parts of the
 scaffold cell: the methods of their ``LinearAttention`` that the assignment leaves to them,
 plus their own helper imports and functions. Redefinitions of provided names are dropped.
-Outputs come back as npy / JSON and are read with pickle disabled and size limits, and only
-when the harness's supervisor (which never runs student code) vouched for them by digest.
+Outputs come back through the harness's supervisor (which never runs student code) as npy /
+JSON, and are read here with pickle disabled and size limits.
 """
 from __future__ import annotations
 
 import ast
 import copy
+import io
 import json
 import shutil
+import struct
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,15 +26,18 @@ import numpy as np
 from grader import cells
 from grader.harness import HARNESS_DIR
 from grader.sandbox import Sandbox
-from grader.untrusted import read_float_array, read_json, vouched_files
+from grader.untrusted import float_array, json_object
 
-MODULE_FILE = "submission_code.py"
-MAX_OUTPUT_FILE_BYTES = 64 * 2**20
+MAX_PROBE_OUTPUT_BYTES = 256 * 2**20   # everything the supervisor relays in one run
+MAX_ARRAYS = 400                       # in one worker's message
+MAX_STATE_ARRAYS = 8                   # a state is relayed as at most this many arrays
 MAX_RESTARTS = 12
 GIVE_UP_AFTER = 2   # hung or crashed cases of one kind before the rest of that kind is skipped
-# The arrays the harness writes per kind of case (the grader reads nothing else).
-OUTPUT_ARRAYS = {"forward": ("y", "decay"), "steps": ("y", "S", "z"), "state_growth": (),
-                 "resume": ("y_resumed", "y_whole"), "hybrid": ("logits",)}
+# The arrays kept per kind of case (the grader reads nothing else); a ``steps`` case also
+# gets S and z from the state step returned last.
+OUTPUT_ARRAYS = {"forward": ("y", "decay"), "steps": ("y",), "state_growth": (), "hybrid": ("logits",)}
+FILTER_NOTE = ("the probe ran without its seccomp filter (not x86_64, or refused): its workers could "
+               "exec programs and use System V IPC")
 
 
 class GraftError(ValueError):
@@ -235,9 +239,9 @@ def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox
     """Run every case, restarting the harness after its supervisor dies (killed by student
     code, or by a sandbox limit).
 
-    Each attempt gets a fresh directory made by the grader: after a run, everything the
-    sandbox could touch is the submission's, so nothing old is written to again. A file is
-    read only when the supervisor printed its digest (see harness/probe_harness.py).
+    The harness runs read-only: it gets its request on stdin and answers on stdout (see
+    harness/probe_harness.py), so nothing a worker writes can reach the grader or another
+    worker. Each worker's message is parsed here, with pickle disabled and size limits.
     """
     by_name = {c.name: c for c in probe_cases}
     outputs: dict[str, CaseOutput] = {}
@@ -245,32 +249,36 @@ def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox
     remaining = [c.name for c in probe_cases]
     import_status, import_error = "not_run", None
     deaths: dict[str, int] = {}
+    harness = scratch / "probe_harness.py"
+    shutil.copy(HARNESS_DIR / "probe_harness.py", harness)
     for _ in range(MAX_RESTARTS + 1):
-        plan_dir = _prepare_attempt(scratch, module_source, [by_name[n] for n in remaining], case_timeout,
-                                    sandbox.sandboxed)
-        budget = case_timeout * (len(remaining) + 1) + 30
-        result = sandbox.run([sys.executable, str(plan_dir / "probe_harness.py"), str(plan_dir)],
-                             scratch=scratch, timeout=budget)
+        cases = [by_name[n] for n in remaining]
+        workers = sum(len(c.config.get("segments") or [None]) for c in cases)
+        result = sandbox.run([sys.executable, str(harness)], scratch=scratch,
+                             timeout=case_timeout * (workers + 1) + 30, read_only=True,
+                             stdin=_request(module_source, cases, case_timeout, sandbox.sandboxed),
+                             output_bytes=MAX_PROBE_OUTPUT_BYTES)
         notes.extend(reason for reason in result.stopped if reason not in notes)
-        vouched = vouched_files(result.stdout)
-        out = plan_dir / "out"
-        status = read_json(out / "import.json", scratch, MAX_OUTPUT_FILE_BYTES, vouched.get("import.json", ""))
-        if status is None:
+        frames = _frames(result.stdout_bytes)
+        import_frames = frames.pop("import", [])
+        if not import_frames:
             import_status, import_error = "error", _process_death("importing your code", result)
             break
-        import_status, import_error = str(status.get("status", "error")), status.get("error")
-        if import_status != "ok":
+        record, data = import_frames[0]
+        if sandbox.sandboxed and not record.get("syscall_filter") and FILTER_NOTE not in notes:
+            notes.append(FILTER_NOTE)
+        message = parse_message(data) if record.get("status") == "ok" else None
+        if message is None or not message.ok:
+            import_status = "error"
+            import_error = message.error if message else str(record.get("error") or "the import failed")
             break
+        import_status, import_error = "ok", None
         finished = 0
         for name in remaining:
-            if f"{name}.json" not in vouched:
-                break  # the supervisor died before this case
-            record = read_json(out / f"{name}.json", scratch, MAX_OUTPUT_FILE_BYTES, vouched[f"{name}.json"])
-            if record is None:
-                outputs[name] = CaseOutput("error", "the record of this case was changed after the probe wrote "
-                                                    "it (by your code?), so it was discarded")
-            else:
-                outputs[name] = _case_output(out, scratch, name, record, by_name[name], vouched)
+            output = _case_output(by_name[name], frames.get(name, []))
+            if output is None:
+                break  # the supervisor died during this case
+            outputs[name] = output
             finished += 1
         remaining = remaining[finished:]
         if not remaining:
@@ -293,23 +301,101 @@ def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox
     return ProbeResult(import_status, import_error, outputs, notes)
 
 
-def _prepare_attempt(scratch: Path, module_source: str, cases: list[ProbeCase], case_timeout: float,
-                     own_pid_namespace: bool) -> Path:
-    plan_dir = Path(tempfile.mkdtemp(prefix="probe-", dir=scratch))
-    (plan_dir / "in").mkdir()
-    (plan_dir / "out").mkdir()
-    (plan_dir / MODULE_FILE).write_text(module_source)
-    shutil.copy(HARNESS_DIR / "probe_harness.py", plan_dir / "probe_harness.py")
+def segments_of(case: ProbeCase) -> list[tuple[int, int]] | None:
+    """The token ranges a segmented ``steps`` case runs in separate workers (None: one worker)."""
+    segments = case.config.get("segments")
+    return [(int(a), int(b)) for a, b in segments] if segments else None
+
+
+def _request(module_source: str, cases: list[ProbeCase], case_timeout: float, own_pid_namespace: bool) -> bytes:
+    """The harness's stdin: the plan, then every array as npy. A segmented case's ``x`` is
+    sent as one ``x@k`` per segment, and the supervisor gives each worker only its own."""
+    blobs: list[bytes] = []
+    planned = []
     for case in cases:
-        for array_name, value in case.arrays.items():
-            np.save(plan_dir / "in" / f"{case.name}__{array_name}.npy", value, allow_pickle=False)
+        arrays = dict(case.arrays)
+        segments = segments_of(case)
+        if segments:
+            x = arrays.pop("x")
+            arrays.update({f"x@{k}": x[:, a:b] for k, (a, b) in enumerate(segments)})
+        sizes = []
+        for name, value in arrays.items():
+            buffer = io.BytesIO()
+            np.save(buffer, np.ascontiguousarray(value), allow_pickle=False)
+            blobs.append(buffer.getvalue())
+            sizes.append([name, len(blobs[-1])])
+        planned.append({"name": case.name, "kind": case.kind, "config": case.config, "arrays": sizes})
     # kill_all: the supervisor may kill every process it can signal, which is safe only
     # inside the sandbox's own PID namespace.
-    plan = {"module": MODULE_FILE, "case_timeout": case_timeout, "kill_all": own_pid_namespace,
-            "give_up_after": GIVE_UP_AFTER,
-            "cases": [{"name": c.name, "kind": c.kind, "config": c.config} for c in cases]}
-    (plan_dir / "plan.json").write_text(json.dumps(plan))
-    return plan_dir
+    plan = json.dumps({"module_source": module_source, "case_timeout": case_timeout,
+                       "kill_all": own_pid_namespace, "give_up_after": GIVE_UP_AFTER,
+                       "cases": planned}).encode()
+    return b"".join([struct.pack(">Q", len(plan)), plan, *blobs])
+
+
+def _frames(stream: bytes) -> dict[str, list[tuple[dict[str, Any], bytes]]]:
+    """The supervisor's frames, by case, in order (a frame cut short by its death is dropped)."""
+    frames: dict[str, list[tuple[dict[str, Any], bytes]]] = {}
+    at = 0
+    while at + 8 <= len(stream):
+        size = struct.unpack(">Q", stream[at: at + 8])[0]
+        record = json_object(stream[at + 8: at + 8 + size])
+        at += 8 + size
+        if at + 8 > len(stream):
+            break
+        size = struct.unpack(">Q", stream[at: at + 8])[0]
+        message = stream[at + 8: at + 8 + size]
+        at += 8 + size
+        if record is None or at > len(stream):
+            break
+        frames.setdefault(str(record.get("case")), []).append((record, message))
+    return frames
+
+
+@dataclass
+class WorkerMessage:
+    """What one worker sent: its status, float arrays by name, and its details (JSON)."""
+
+    ok: bool
+    arrays: dict[str, np.ndarray]
+    details: dict[str, Any]
+
+    @property
+    def error(self) -> str:
+        return str(self.details.get("error") or "no error message")[:2000]
+
+    def state(self) -> list[np.ndarray] | None:
+        """The ``state.0``, ``state.1``... arrays (what the supervisor relays), if complete."""
+        found = [self.arrays.get(f"state.{i}") for i in range(MAX_STATE_ARRAYS)]
+        count = next((i for i, value in enumerate(found) if value is None), MAX_STATE_ARRAYS)
+        extra = any(f"state.{i}" in self.arrays for i in range(count, MAX_STATE_ARRAYS))
+        return found[:count] if count and not extra else None
+
+
+def parse_message(data: bytes) -> WorkerMessage | None:
+    """A worker's message (see ``send`` in the harness), or None when malformed. Only float
+    arrays are kept; npy is read with pickle disabled."""
+    try:
+        view = memoryview(data)
+        count, at, arrays = struct.unpack(">I", view[1:5])[0], 5, {}
+        if count > MAX_ARRAYS:
+            return None
+        for _ in range(count):
+            length = struct.unpack(">H", view[at: at + 2])[0]
+            name = bytes(view[at + 2: at + 2 + length]).decode("ascii")
+            at += 2 + length
+            length = struct.unpack(">Q", view[at: at + 8])[0]
+            value = float_array(bytes(view[at + 8: at + 8 + length]))
+            if value is not None:
+                arrays[name] = value
+            at += 8 + length
+        length = struct.unpack(">Q", view[at: at + 8])[0]
+        details = json_object(bytes(view[at + 8: at + 8 + length]))
+        if details is None or at + 8 + length != len(view):
+            return None
+        return WorkerMessage(view[0] == 0, arrays, details)
+    except (struct.error, UnicodeDecodeError, IndexError):
+        return None
 
 
 def _process_death(what: str, result: Any) -> str:
@@ -321,19 +407,40 @@ def _process_death(what: str, result: Any) -> str:
     return f"the probe's supervisor exited (status {result.returncode}) while {what}{stopped}{detail}"
 
 
-def _case_output(out_dir: Path, scratch: Path, name: str, record: dict[str, Any], case: ProbeCase,
-                 vouched: dict[str, str]) -> CaseOutput:
-    """Only the arrays this kind of case produces are read, each through the untrusted reader."""
-    status = record.get("status")
-    if status not in ("ok", "error", "timeout"):
-        status = "error"
-    info = record.get("info") if isinstance(record.get("info"), dict) else {}
-    names = list(OUTPUT_ARRAYS.get(case.kind, ()))
-    arrays = {}
-    for array in names:
-        file_name = f"{name}__{array}.npy"
-        value = read_float_array(out_dir / file_name, scratch, MAX_OUTPUT_FILE_BYTES, vouched.get(file_name, ""))
-        if value is not None:
-            arrays[array] = value
-    error = record.get("error")
-    return CaseOutput(status, str(error)[:2000] if error else None, info, arrays)
+def _case_output(case: ProbeCase, frames: list[tuple[dict[str, Any], bytes]]) -> CaseOutput | None:
+    """A case's output from its frames, or None when the supervisor died before it ended.
+    Only the arrays this kind of case produces are kept; a segmented case's outputs are
+    joined, and the states handed between its segments are measured here."""
+    segments = segments_of(case)
+    messages: list[WorkerMessage] = []
+    for index, (record, data) in enumerate(frames):
+        where = f" (tokens {segments[index][0]} to {segments[index][1] - 1})" if segments else ""
+        if record.get("status") != "ok":
+            status = "timeout" if record.get("status") == "timeout" else "error"
+            return CaseOutput(status, f"{record.get('error') or 'the case failed'}{where}")
+        message = parse_message(data)
+        if message is None:
+            return CaseOutput("error", f"the probe could not read this case's outputs{where}")
+        if not message.ok:
+            return CaseOutput("error", message.error + where)
+        messages.append(message)
+        if segments and index + 1 < len(segments) and message.state() is None:
+            return CaseOutput("error", "step's state could not be handed to the next call: it must be a "
+                                       f"tuple of tensors (S, z){where}")
+    if len(messages) < len(segments or [None]):
+        return None
+    last = messages[-1]
+    arrays = {name: last.arrays[name] for name in OUTPUT_ARRAYS.get(case.kind, ()) if name in last.arrays}
+    info = last.details.get("info") if isinstance(last.details.get("info"), dict) else {}
+    if case.kind != "steps":
+        return CaseOutput("ok", None, info, arrays)
+    states = [m.state() or [] for m in messages]
+    info = {**info, "states": [[list(a.shape) for a in state] for state in states]}
+    if len(states[-1]) == 2:
+        arrays["S"], arrays["z"] = states[-1]
+    pieces = [m.arrays.get("y") for m in messages]
+    if any(p is None or p.ndim < 2 for p in pieces) or len({p.shape[:1] + p.shape[2:] for p in pieces}) > 1:
+        return CaseOutput("error", "step's outputs could not be joined: each must be shaped (batch, embedding_dim)",
+                          info)
+    arrays["y"] = np.concatenate(pieces, axis=1)
+    return CaseOutput("ok", None, info, arrays)

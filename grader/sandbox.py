@@ -132,6 +132,7 @@ class SandboxResult:
     wall_seconds: float
     stopped: list[str]  # human-readable reasons for anything the sandbox stopped
     sandboxed: bool  # False when run via the unsandboxed fallback
+    stdout_bytes: bytes = b""  # stdout as received (up to the cap), for binary protocols
 
 
 class SandboxUnavailable(RuntimeError):
@@ -194,13 +195,18 @@ class Sandbox:
         self.sandboxed = self.unsandboxed_reason is None
 
     def run(self, argv: Sequence[str], *, scratch: Path, env: Mapping[str, str] | None = None,
-            timeout: float | None = None, stdin: bytes | None = None) -> SandboxResult:
+            timeout: float | None = None, stdin: bytes | None = None, read_only: bool = False,
+            output_bytes: int | None = None) -> SandboxResult:
         """Run ``argv`` in ``scratch`` (bound at its own path; cwd and HOME there).
 
         ``env`` is laid over the sandbox's defaults (PATH to the venv first, HOME,
         LANG=C.UTF-8, TMPDIR, PYTHONDONTWRITEBYTECODE=1, cache and config dirs in the
         private /tmp): nothing of the grader's environment leaks in. ``timeout`` (seconds)
-        overrides ``limits.wall_seconds``. Whatever the command does, this returns a result.
+        overrides ``limits.wall_seconds``; ``output_bytes`` overrides ``limits.output_bytes``.
+        ``read_only`` binds scratch read-only and mounts ``/tmp`` and ``/dev/shm`` read-only:
+        the command can then write nowhere at all, so its processes cannot leave each other
+        anything in files (the unsandboxed fallback cannot do this). Whatever the command
+        does, this returns a result.
         """
         if not argv:
             raise ValueError("empty argv")
@@ -216,24 +222,25 @@ class Sandbox:
             tmp.mkdir(exist_ok=True)
             command = [*_unshare_prefix(), *_launcher_argv(self.limits, -1, argv)]
             return self._supervise(command, _environment(scratch, str(tmp), env), scratch,
-                                   None, timeout, stdin)
+                                   None, timeout, stdin, output_bytes)
         lease = _UidLease() if os.geteuid() == 0 else None
         try:
             uid = lease.uid if lease else None
             if uid is not None:
                 _give_to(scratch, uid)
             command = _bwrap_argv(self.limits, self.read_only_paths, scratch,
-                                  -1 if uid is None else uid, argv)
+                                  -1 if uid is None else uid, argv, read_only)
             return self._supervise(command, _environment(scratch, "/tmp", env), scratch,
-                                   uid, timeout, stdin)
+                                   uid, timeout, stdin, output_bytes)
         finally:
             if lease:
                 lease.release()
 
-    def _supervise(self, command: list[str], env: dict[str, str], scratch: Path,
-                   uid: int | None, timeout: float, stdin: bytes | None) -> SandboxResult:
+    def _supervise(self, command: list[str], env: dict[str, str], scratch: Path, uid: int | None,
+                   timeout: float, stdin: bytes | None, output_bytes: int | None) -> SandboxResult:
         """Start ``command``, watch it, take its whole tree down, and report."""
         limits = self.limits
+        output_cap = limits.output_bytes if output_bytes is None else output_bytes
         stopped: list[str] = []
         start = time.monotonic()
         proc = subprocess.Popen(
@@ -242,7 +249,7 @@ class Sandbox:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )
         assert proc.stdout is not None and proc.stderr is not None
-        out = _CappedReader(proc.stdout, limits.output_bytes)
+        out = _CappedReader(proc.stdout, output_cap)
         err = _CappedReader(proc.stderr, limits.output_bytes)
         if stdin is not None:
             assert proc.stdin is not None
@@ -283,11 +290,11 @@ class Sandbox:
         stopped += self._explain(returncode, stderr)
         for name, reader in (("stdout", out), ("stderr", err)):
             if reader.dropped:
-                stopped.append(f"{name} output truncated at {_size(limits.output_bytes)} "
+                stopped.append(f"{name} output truncated at {_size(reader.cap)} "
                                f"({reader.dropped} bytes dropped)")
         return SandboxResult(returncode=returncode, stdout=out.text(), stderr=stderr,
                              timed_out=timed_out, wall_seconds=elapsed, stopped=stopped,
-                             sandboxed=self.sandboxed)
+                             sandboxed=self.sandboxed, stdout_bytes=out.data())
 
     def _explain(self, returncode: int | None, stderr: str) -> list[str]:
         """Readable reasons for the limits the command visibly ran into (best effort)."""
@@ -312,14 +319,15 @@ class Sandbox:
 
 
 def _bwrap_argv(limits: Limits, read_only_paths: Sequence[Path], scratch: Path, uid: int,
-                argv: Sequence[str]) -> list[str]:
+                argv: Sequence[str], read_only: bool = False) -> list[str]:
     """bwrap ... -- launcher ... argv, for ``scratch`` and sandbox ``uid`` (-1: keep ours)."""
     tmp_size = str(max(limits.memory_bytes // 4, 16 * 2**20))
     plan = _MountPlan()
     for path in sorted({*_python_paths(), *read_only_paths}, key=lambda p: len(p.parts)):
         plan.bind("--ro-bind", path)
     plan.mask(_package_dir())
-    plan.bind("--bind", scratch)
+    plan.bind("--ro-bind" if read_only else "--bind", scratch)
+    frozen = ["--remount-ro", "/tmp", "--remount-ro", "/dev/shm"] if read_only else []
     return [
         shutil.which("bwrap") or "bwrap", *_namespace_flags(),
         "--die-with-parent", "--new-session", "--hostname", "sandbox",
@@ -327,7 +335,7 @@ def _bwrap_argv(limits: Limits, read_only_paths: Sequence[Path], scratch: Path, 
         "--proc", "/proc", "--dev", "/dev",
         "--perms", "1777", "--size", tmp_size, "--tmpfs", "/tmp",
         "--perms", "1777", "--size", tmp_size, "--tmpfs", "/dev/shm",
-        *plan.args,
+        *plan.args, *frozen,
         "--chdir", str(scratch),
         "--", *_launcher_argv(limits, uid, argv),
     ]
@@ -649,7 +657,7 @@ class _CappedReader(threading.Thread):
 
     def __init__(self, pipe: IO[bytes], cap: int) -> None:
         super().__init__(daemon=True)
-        self._pipe, self._cap = pipe, cap
+        self._pipe, self.cap = pipe, cap
         self._chunks: list[bytes] = []
         self.kept = 0
         self.dropped = 0
@@ -659,7 +667,7 @@ class _CappedReader(threading.Thread):
         fd = self._pipe.fileno()
         try:
             while chunk := os.read(fd, 1 << 16):
-                keep = chunk[: max(0, self._cap - self.kept)]
+                keep = chunk[: max(0, self.cap - self.kept)]
                 if keep:
                     self._chunks.append(keep)
                     self.kept += len(keep)
@@ -669,8 +677,11 @@ class _CappedReader(threading.Thread):
         finally:
             self._pipe.close()
 
+    def data(self) -> bytes:
+        return b"".join(self._chunks)
+
     def text(self) -> str:
-        text = b"".join(self._chunks).decode("utf-8", errors="replace")
+        text = self.data().decode("utf-8", errors="replace")
         if self.dropped:
             text += f"\n[... truncated {self.dropped} bytes]\n"
         return text

@@ -5,7 +5,8 @@ symlink to a host path, huge, or garbage. These readers refuse paths that resolv
 the scratch root, never follow a final symlink, read only regular files up to a size limit,
 and parse JSON and npy with pickle disabled. Given a ``sha256``, they also refuse a file
 whose digest differs (what a trusted process inside the sandbox vouched for, see
-``harness/probe_harness.py``): pass ``""`` for a file nobody vouched for, to refuse it.
+``harness/run_notebook.py``): pass ``""`` for a file nobody vouched for, to refuse it. Bytes
+that came through a pipe are parsed with the same care (``json_object``, ``float_array``).
 """
 from __future__ import annotations
 
@@ -43,11 +44,8 @@ def read_bytes(path: Path, root: Path, max_bytes: int, sha256: str | None = None
         os.close(fd)
 
 
-def read_json(path: Path, root: Path, max_bytes: int, sha256: str | None = None) -> dict[str, Any] | None:
-    """A JSON object, or None when unreadable (see read_bytes) or not a JSON object."""
-    data = read_bytes(path, root, max_bytes, sha256)
-    if data is None:
-        return None
+def json_object(data: bytes) -> dict[str, Any] | None:
+    """A JSON object parsed from untrusted bytes, or None when it is not one."""
     try:
         value = json.loads(data.decode("utf-8", errors="replace"))
     except (ValueError, RecursionError):
@@ -55,16 +53,19 @@ def read_json(path: Path, root: Path, max_bytes: int, sha256: str | None = None)
     return value if isinstance(value, dict) else None
 
 
-def read_float_array(path: Path, root: Path, max_bytes: int, sha256: str | None = None) -> np.ndarray | None:
-    """A floating-point npy array (pickle disabled), or None."""
-    data = read_bytes(path, root, max_bytes, sha256)
-    if data is None:
-        return None
+def float_array(data: bytes) -> np.ndarray | None:
+    """A floating-point array parsed from untrusted npy bytes (pickle disabled), or None."""
     try:
         value = np.load(io.BytesIO(data), allow_pickle=False)
     except (ValueError, OSError, EOFError):
         return None
     return value if isinstance(value, np.ndarray) and value.dtype.kind == "f" else None
+
+
+def read_json(path: Path, root: Path, max_bytes: int, sha256: str | None = None) -> dict[str, Any] | None:
+    """A JSON object, or None when unreadable (see read_bytes) or not a JSON object."""
+    data = read_bytes(path, root, max_bytes, sha256)
+    return None if data is None else json_object(data)
 
 
 VOUCHER_LINE = re.compile(r"G2C-FILE ([0-9a-f]{64}) (\S+)")

@@ -41,8 +41,8 @@ SHARED = ROOT.parent / "shared"
 SNAPSHOT_SKIP = {".venv", "out", "__pycache__", ".git", ".pytest_cache"}
 HONEST = "honest"
 CONTROL = "control_no_step"          # step unwritten: what the cheats must not beat
-CHEATS = ("forge_probe_outputs", "patch_harness_toplevel", "patch_harness_in_forward", "patch_libraries",
-          "scaffold_duplicated")
+CHEATS = ("forge_probe_outputs", "patch_harness_toplevel", "patch_harness_in_forward", "patch_harness_at_import",
+          "patch_libraries", "step_history_on_state", "step_history_in_files", "scaffold_duplicated")
 STEP_ITEMS = ("equivalence", "alignment", "decay_recurrent", "decay_per_head", "state_fixed_size",
               "state_resume")
 FORWARD_ITEMS = ("scaffold_present", "normalization", "causality", "decay_parallel", "hybrid_lm")
@@ -416,6 +416,22 @@ def test_hidden_material_cannot_be_read(world: World) -> None:
 def test_monkeypatching_gains_nothing(world: World, attack: str) -> None:
     for name in STEP_ITEMS:
         assert _item(world, attack, name)["status"] != "passed", name
+
+
+def test_step_that_keeps_history_outside_its_state_is_caught_where_it_resumes(world: World) -> None:
+    for cheat in ("step_history_on_state", "step_history_in_files"):
+        resume = _item(world, cheat, "state_resume")["output"]
+        assert "after token 8, in a fresh process" in resume, resume
+        decay = _item(world, cheat, "decay_recurrent")["output"]
+        assert "is where the probe went on from the state your step returned" in decay, decay
+
+
+def test_probe_workers_can_leave_nothing_behind(world: World) -> None:
+    """No file (scratch, /tmp, /dev/shm), no exec, no System V IPC; and the probe said the
+    syscall filter was in place (no note says otherwise)."""
+    equivalence = _item(world, "probe_leaves_traces", "equivalence")["output"]
+    assert "TRACES []" in equivalence, equivalence
+    assert "without its seccomp filter" not in _output(world, "probe_leaves_traces")
 
 
 def test_redefining_provided_code_does_not_change_the_probe(world: World) -> None:

@@ -290,6 +290,25 @@ def test_file_size_limit(tmp_path: Path) -> None:
     assert any("file size limit 1.0 MiB reached" in reason for reason in result.stopped)
 
 
+def test_read_only_run_can_write_nowhere(tmp_path: Path) -> None:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    result = Sandbox().run(["python", "-c", """
+import os
+written = []
+for path in ("here.txt", "/tmp/t", "/dev/shm/t", os.path.expanduser("~/t")):
+    try:
+        open(path, "w").close()
+        written.append(path)
+    except OSError:
+        pass
+print(written)
+"""], scratch=scratch, read_only=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+    assert list(scratch.iterdir()) == []
+
+
 def test_stdin_and_environment(tmp_path: Path) -> None:
     scratch = tmp_path / "scratch"
     scratch.mkdir()

@@ -40,6 +40,17 @@ GAMMAS = ("none", "mild", "strong", "per_head")
 SMALL_QUERY_BIAS = -14.0
 # A resumed run and an uninterrupted one do the same arithmetic in the same order.
 RESUME_TOLERANCE = 1e-9
+RESUME_TOKENS, RESUME_SEGMENTS = 16, [[0, 9], [9, 16]]
+UNUSED_STATE = "not judged, because step does not go on from the state it returned"
+
+
+def segments(tokens: int) -> list[list[int]] | None:
+    """Where a step run is cut into separate workers (thirds), each resuming from the state the
+    previous one returned: the probe's harness passes nothing else between them, so a step
+    that needs more than (x_t, state) fails there (see harness/probe_harness.py)."""
+    cuts = sorted({0, tokens // 3, 2 * tokens // 3, tokens} - {0, tokens})
+    bounds = [0, *cuts, tokens]
+    return [[a, b] for a, b in zip(bounds, bounds[1:])] if cuts else None
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -68,8 +79,10 @@ def _form_cases(shape_index: int, gamma: str, seed: list[int], query_bias: float
     arrays = _weights(rng, dim, query_bias)
     arrays["gamma_logit"] = np.array(_logits(gamma, heads))
     arrays["x"] = rng.standard_normal((batch, tokens, dim))
+    config = {"embedding_dim": dim, "num_heads": heads}
     return [ProbeCase(_case_name(kind, shape_index, gamma, dtype, extra), kind,
-                      {"embedding_dim": dim, "num_heads": heads, "dtype": dtype}, arrays)
+                      {**config, "dtype": dtype, **({"segments": segments(tokens)} if kind == "steps" else {})},
+                      arrays)
             for dtype in DTYPES for kind in ("forward", "steps")]
 
 
@@ -103,14 +116,14 @@ def probe_cases(rubric: Rubric) -> list[ProbeCase]:
     cases.append(ProbeCase("state_growth", "state_growth",
                            {"embedding_dim": 16, "num_heads": 4, "dtype": "float64",
                             "checkpoints": [1, 10, 1000]}, arrays))
-    # Resuming from a state: across instances, after an unrelated sequence.
+    # Resuming from a state: one run in a single worker, the same run cut in two workers.
     rng = np.random.default_rng(17)
     arrays = _weights(rng, 12, None)
     arrays["gamma_logit"] = np.array(_logits("per_head", 3))
-    arrays.update(x_a=rng.standard_normal((2, 9, 12)), x_b=rng.standard_normal((2, 5, 12)),
-                  x_c=rng.standard_normal((2, 7, 12)))
-    cases.append(ProbeCase("resume", "resume", {"embedding_dim": 12, "num_heads": 3,
-                                                 "dtype": "float64"}, arrays))
+    arrays["x"] = rng.standard_normal((2, RESUME_TOKENS, 12))
+    config = {"embedding_dim": 12, "num_heads": 3, "dtype": "float64"}
+    cases.append(ProbeCase("resume_whole", "steps", config, arrays))
+    cases.append(ProbeCase("resume_split", "steps", {**config, "segments": RESUME_SEGMENTS}, arrays))
     rng = np.random.default_rng(19)
     cases.append(ProbeCase("hybrid", "hybrid",
                            {"vocab_size": 23, "embedding_dim": 16, "num_heads": 4,
@@ -354,12 +367,25 @@ def _first_failure(cases: _Cases, names: list[str], expected_for, got_for, toler
             if diagnose_form and isinstance(result, Mismatch):
                 case = cases.inputs[run]
                 found = diagnose(got, case.arrays, case.arrays["x"], case.config["num_heads"])
-                if found:
-                    message += f". Diagnosis: {found}"
+                hint = f"Diagnosis: {found}" if found else _resume_hint(case, got, expected, tolerance)
+                if hint:
+                    message += f". {hint}"
             results.append(message)
         else:
             return results[0]
     return None
+
+
+def _resume_hint(case: ProbeCase, got: np.ndarray, expected: np.ndarray, tolerance: float) -> str | None:
+    """When a segmented step run first goes wrong exactly where a segment starts."""
+    starts = [start for start, _ in case.config.get("segments") or []][1:]
+    wrong = np.argwhere(np.abs(got.astype(np.float64) - expected) > tolerance)
+    first = int(wrong[:, 1].min()) if starts and wrong.size else None
+    if first not in starts:
+        return None
+    return (f"Everything before token {first} is right; token {first} is where the probe went on from the "
+            "state your step returned, in a fresh process on a fresh layer: step must compute from "
+            "(x_t, state) alone, not from history kept elsewhere")
 
 
 def _reference_for(cases: _Cases) -> Callable[[str], np.ndarray]:
@@ -404,13 +430,24 @@ class _NoStep(Exception):
     pass
 
 
-def check_alignment(cases: _Cases) -> Verdict:
-    """The first output of a sequence depends on token 0 alone: it must be out_proj(c * v_0), c > 0."""
-    for name in _names("forward", GAMMAS) + _names("steps", GAMMAS):
+def check_alignment(cases: _Cases, resume: Verdict) -> Verdict:
+    """The first output of a sequence depends on token 0 alone: it must be out_proj(c * v_0), c > 0.
+    step's first output is evidence only if its later outputs come from the state (``resume``):
+    otherwise any other computation of the first token would do."""
+    problem = _first_token_problem(cases, _names("forward", GAMMAS), "forward")
+    if problem is None and resume.status != "passed":
+        problem = f"step: {UNUSED_STATE} ({resume.message})"
+    problem = problem or _first_token_problem(cases, _names("steps", GAMMAS), "step")
+    if problem:
+        return Verdict("failed", problem)
+    return Verdict("passed", "the first token's output is its own value, in both forms")
+
+
+def _first_token_problem(cases: _Cases, names: list[str], form: str) -> str | None:
+    for name in names:
         out = cases.output(name)
-        form = "forward" if name.startswith("forward") else "step"
         if out.status != "ok" or _y(out) is None:
-            return Verdict("failed", f"{form} on case {cases.label(name)}: {out.error or 'no output'}")
+            return f"{form} on case {cases.label(name)}: {out.error or 'no output'}"
         case = cases.inputs[name]
         arrays, heads = case.arrays, case.config["num_heads"]
         y0 = _y(out)[:, 0].astype(np.float64)
@@ -423,8 +460,8 @@ def check_alignment(cases: _Cases) -> Verdict:
         if residual > 1e-4 * (1 + np.abs(v).max()) or coefficient.min() <= 1e-3:
             hint = DIAGNOSES["strict_past"] if np.abs(u).max() < 1e-6 * (1 + np.abs(v).max()) else (
                 "the first token's output is not a multiple of its own value vector")
-            return Verdict("failed", f"{form}, first token of case {cases.label(name)}: {hint}")
-    return Verdict("passed", "the first token's output is its own value, in both forms")
+            return f"{form}, first token of case {cases.label(name)}: {hint}"
+    return None
 
 
 def check_causality(cases: _Cases) -> Verdict:
@@ -450,7 +487,9 @@ def check_causality(cases: _Cases) -> Verdict:
     return Verdict("passed", "outputs at or before t ignore every token after t")
 
 
-def check_state_fixed_size(cases: _Cases) -> Verdict:
+def check_state_fixed_size(cases: _Cases, resume: Verdict) -> Verdict:
+    """(S, z) keeps one size however many tokens arrive, and it is what step goes on from
+    (``resume``): a fixed-size state that step does not use proves nothing."""
     out = cases.output("state_growth")
     if out.status != "ok":
         return Verdict("failed", f"1000 step calls: {out.error or out.status}")
@@ -470,29 +509,52 @@ def check_state_fixed_size(cases: _Cases) -> Verdict:
         if entry.get("numel") != size:
             return Verdict("failed", f"after {step} steps the state holds {entry.get('numel')} values; "
                                      f"expected H*d_h^2 + H*d_h = {size} per batch of {batch}")
+    relayed = _relayed_state_problem(cases)
+    if relayed:
+        return Verdict("failed", relayed)
     growth = [checkpoints[s].get("retained_growth", 0) for s in ("1", "10", "1000")]
     if not (growth[0] == growth[1] == growth[2]):
         return Verdict("failed", f"the layer keeps more tensor data as tokens arrive ({growth[0]} values "
                                  f"after 1 step, {growth[2]} after 1000): step must not store the history; "
                                  "everything it needs must live in the fixed-size (S, z)")
+    if resume.status != "passed":
+        return Verdict("failed", f"{UNUSED_STATE} ({resume.message})")
     return Verdict("passed", f"(S, z) keeps {size} values after 1, 10 and 1000 steps")
 
 
+def _relayed_state_problem(cases: _Cases) -> str | None:
+    """The states the harness handed from one worker to the next, measured here (the sizes
+    above are reported from inside the student's process). The resume run must have handed
+    one on; every segmented run that ran must have handed on (S, z) of the right shapes."""
+    if cases.output("resume_split").status != "ok":
+        return f"resuming from a state: {cases.output('resume_split').error}"
+    for name in ["resume_split"] + _names("steps", GAMMAS):
+        out, case = cases.output(name), cases.inputs[name]
+        batch, heads = case.arrays["x"].shape[0], case.config["num_heads"]
+        d = case.config["embedding_dim"] // heads
+        expected = [[batch, heads, d, d], [batch, heads, d]]
+        for shapes in out.info.get("states", []) if out.status == "ok" else []:
+            if shapes != expected:
+                return (f"on case {cases.label(name)} step returned a state of arrays shaped {shapes}; "
+                        f"expected (S, z) shaped {expected}")
+    return None
+
+
 def check_state_resume(cases: _Cases) -> Verdict:
-    """Resuming from the state step returned must match the student's own uninterrupted run,
-    so this item is about using (S, z), whatever the step computes."""
-    out = cases.output("resume")
-    if out.status != "ok":
-        return Verdict("failed", f"resuming from a state: {out.error or out.status}")
-    resumed, whole = out.arrays.get("y_resumed"), out.arrays.get("y_whole")
-    if resumed is None or whole is None:
-        return Verdict("failed", "resuming from a state: no output")
-    split = cases.inputs["resume"].arrays["x_a"].shape[1]
-    result = mismatch(resumed, whole[:, split:].astype(np.float64))
+    """A run cut in two workers, the second resuming from the state the first returned, must
+    match the student's own run in one worker: this item is about using (S, z), whatever the
+    step computes."""
+    whole, split = cases.output("resume_whole"), cases.output("resume_split")
+    for out in (whole, split):
+        if out.status != "ok" or _y(out) is None:
+            return Verdict("failed", f"resuming from a state: {out.error or 'no output'}")
+    cut = RESUME_SEGMENTS[0][1]
+    result = mismatch(_y(split), _y(whole).astype(np.float64))
     if not _within(result, RESUME_TOLERANCE):
-        return Verdict("failed", "continuing from the state step returned, on a fresh layer after another "
-                                 f"sequence ran, differs from one uninterrupted run: {_describe(result)}. step "
-                                 "must compute from the (S, z) it is given, not from history kept elsewhere")
+        return Verdict("failed", f"continuing from the state step returned after token {cut - 1}, in a fresh "
+                                 f"process on a fresh layer, differs from one uninterrupted run: "
+                                 f"{_describe(result)}. step must compute from the (S, z) it is given, not "
+                                 "from history kept elsewhere")
     return Verdict("passed", "step continues from the state it is given exactly as an uninterrupted run")
 
 
@@ -539,7 +601,8 @@ def _scaffold_verdicts(context: CheckContext) -> dict[str, Verdict]:
     verdicts["equivalence"] = check_equivalence(cases)
     verdicts["normalization"] = _compare_family(
         cases, _names("forward", ("none",)), reference, _y, "forward at gamma = 1 vs the normalized reference")
-    verdicts["alignment"] = check_alignment(cases)
+    resume = check_state_resume(cases)
+    verdicts["alignment"] = check_alignment(cases, resume)
     verdicts["causality"] = check_causality(cases)
     verdicts["decay_parallel"] = _compare_family(
         cases, _names("forward", ("mild", "strong")) + _smallq("forward"), reference, _y,
@@ -554,8 +617,8 @@ def _scaffold_verdicts(context: CheckContext) -> dict[str, Verdict]:
     if per_head.status == "passed" and property_problem:
         per_head = Verdict("failed", property_problem)
     verdicts["decay_per_head"] = per_head
-    verdicts["state_fixed_size"] = check_state_fixed_size(cases)
-    verdicts["state_resume"] = check_state_resume(cases)
+    verdicts["state_fixed_size"] = check_state_fixed_size(cases, resume)
+    verdicts["state_resume"] = resume
     verdicts["hybrid_lm"] = check_hybrid(cases.output("hybrid"), cases.inputs["hybrid"], context.master_path,
                                          cases.tol32)
     return verdicts
