@@ -41,7 +41,7 @@ def _assignment(args: argparse.Namespace) -> tuple[Assignment, Rubric]:
     try:
         rubric = assignment.rubric.with_limits(
             memory_gib=args.memory_gib, cpu_seconds=args.cpu_seconds, max_processes=args.max_processes,
-            file_size_mib=args.file_size_mib, cell_output_kib=args.cell_output_kib,
+            file_size_mib=args.file_size_mib, disk_mib=args.disk_mib, cell_output_kib=args.cell_output_kib,
             cell_timeout_s=args.cell_timeout, notebook_timeout_s=args.notebook_timeout)
     except RubricError as exc:
         raise CommandError(str(exc)) from exc
@@ -53,6 +53,7 @@ def make_sandbox(limits: Limits, allow_unsandboxed: bool) -> Sandbox:
     enforced = SandboxLimits(memory_bytes=int(limits.memory_gib * 2**30), cpu_seconds=limits.cpu_seconds,
                              max_processes=limits.max_processes,
                              file_size_bytes=limits.file_size_mib * 2**20,
+                             disk_bytes=limits.disk_mib * 2**20,
                              wall_seconds=limits.notebook_timeout_s)
     try:
         sandbox = Sandbox(enforced, allow_unsandboxed=allow_unsandboxed)
@@ -115,6 +116,7 @@ def _add_grading_options(parser: argparse.ArgumentParser) -> None:
     limits.add_argument("--cpu-seconds", type=int)
     limits.add_argument("--max-processes", type=int)
     limits.add_argument("--file-size-mib", type=int)
+    limits.add_argument("--disk-mib", type=int)
     limits.add_argument("--cell-output-kib", type=int)
     limits.add_argument("--cell-timeout", type=float, help="seconds per cell")
     limits.add_argument("--notebook-timeout", type=float, help="seconds per notebook")

@@ -57,6 +57,7 @@ class Limits:
     cpu_seconds: int = 1800
     max_processes: int = 64
     file_size_mib: int = 256
+    disk_mib: int = 2048
     cell_output_kib: int = 1024
     cell_timeout_s: float = 120
     notebook_timeout_s: float = 900

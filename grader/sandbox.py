@@ -46,8 +46,11 @@ How a command is isolated (bubblewrap, ``bwrap``)
   and an OOM score of 1000 so that the kernel's OOM killer picks the sandbox before the
   grader. The memory of the *whole* sandbox is watched too: every 0.25 s the watchdog adds
   up the proportional set sizes of its processes and kills them all above
-  ``memory_bytes`` (many processes each under the per-process limit). cgroups are not used:
-  they are not reliably delegated to the grader.
+  ``memory_bytes`` (many processes each under the per-process limit). So is scratch, the
+  only host disk it can write: above ``disk_bytes`` or ``max_files`` in total, everything
+  is killed (``RLIMIT_FSIZE`` alone bounds one file, not how many). cgroups are not used:
+  they are not reliably delegated to the grader, so instead of CPU shares the command runs
+  at nice 10, which keeps the grader itself responsive on a busy machine.
 * **Watchdog**: after the wall-clock timeout the whole tree is killed (bwrap, whose
   ``--die-with-parent`` takes the PID namespace down, its session, and every process of the
   sandbox uid) and the result has ``timed_out=True``, ``returncode=None``. Nothing of a run
@@ -117,6 +120,8 @@ class Limits:
     cpu_seconds: int = 900  # CPU time per process
     max_processes: int = 64  # processes/threads the submission may create
     file_size_bytes: int = 256 * 2**20  # largest file it may write
+    disk_bytes: int = 2 * 2**30  # all it may keep in scratch (checked by the watchdog)
+    max_files: int = 100_000  # files and folders it may keep in scratch
     output_bytes: int = 2**20  # stdout/stderr captured, each; the rest is dropped with a note
     wall_seconds: float = 900.0  # whole command; then the process tree is killed
 
@@ -270,6 +275,11 @@ class Sandbox:
                     stopped.append(f"memory limit {_size(limits.memory_bytes)} reached "
                                    f"({_size(in_use)} in use by the sandbox's processes); killed")
                     break
+                disk_problem = _disk_problem(scratch, limits)
+                if disk_problem:
+                    killed = True
+                    stopped.append(disk_problem)
+                    break
             # Not reaped yet, so its pid, process group and session are still ours.
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -351,7 +361,8 @@ def _namespace_flags() -> list[str]:
 
 
 # Run as ``python -I -S -c _LAUNCHER UID LIMITS ARGV...``: the last trusted code before the
-# command. Sets the rlimits, volunteers for the OOM killer, drops to UID (if >= 0), execs.
+# command. Sets the rlimits, volunteers for the OOM killer, lowers its priority, drops to UID
+# (if >= 0), execs.
 _LAUNCHER = """\
 import os, resource, sys
 uid, limits, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
@@ -364,6 +375,7 @@ try:
         f.write("1000")
 except OSError:
     pass
+os.nice(10)
 if uid >= 0:
     os.setgroups([])
     os.setresgid(uid, uid, uid)
@@ -645,6 +657,31 @@ class _ExitWatch:
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
+
+
+def _disk_problem(scratch: Path, limits: Limits) -> str | None:
+    """Why scratch holds too much (bytes on disk, or entries), or None. The walk stops as
+    soon as a limit is passed, so a folder of millions of files costs one limit's worth."""
+    used, entries, pending = 0, 0, [scratch]
+    while pending:
+        try:
+            with os.scandir(pending.pop()) as listing:
+                for entry in listing:
+                    entries += 1
+                    try:
+                        info = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    used += info.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append(Path(entry.path))
+                    if used > limits.disk_bytes:
+                        return f"disk limit {_size(limits.disk_bytes)} reached in scratch; killed"
+                    if entries > limits.max_files:
+                        return f"file count limit {limits.max_files} reached in scratch; killed"
+        except OSError:
+            continue
+    return None
 
 
 # --------------------------------------------------------------------------------------

@@ -214,6 +214,17 @@ def output_flood(t: Targets) -> nbformat.NotebookNode:
 
 
 @attack
+def disk_filler(t: Targets) -> nbformat.NotebookNode:
+    """A cell writes 1 MiB files without end, each under the file size limit."""
+    return insert_cells(baseline(t.master), """
+        import itertools
+        for n in itertools.count():
+            with open(f"fill-{n}.bin", "wb") as handle:
+                handle.write(b"x" * 2**20)
+    """)
+
+
+@attack
 def cell_exits(t: Targets) -> nbformat.NotebookNode:
     return insert_cells(baseline(t.master), "import sys\nsys.exit(0)", "import os\nos._exit(3)")
 

@@ -36,7 +36,8 @@ from grader.batch import BatchOutcome, discover, grade_batch
 from grader.cli import make_sandbox
 from grader.sandbox import SANDBOX_UID_BASE, SANDBOX_UID_SLOTS
 
-LIMITS = {"cell_timeout_s": 12, "notebook_timeout_s": 60, "probe_case_timeout_s": 10, "memory_gib": 2}
+LIMITS = {"cell_timeout_s": 12, "notebook_timeout_s": 60, "probe_case_timeout_s": 10, "memory_gib": 2,
+          "disk_mib": 256}
 SHARED = ROOT.parent / "shared"
 SNAPSHOT_SKIP = {".venv", "out", "__pycache__", ".git", ".pytest_cache"}
 HONEST = "honest"
@@ -331,6 +332,12 @@ def test_output_flood_is_truncated(world: World) -> None:
     assert len(world.executed["output_flood"] or b"") < 8 * 2**20
     assert len(json.dumps(world.results["output_flood"])) < 2**20
     assert all(_item(world, "output_flood", name)["status"] == "passed" for name in FORWARD_ITEMS + STEP_ITEMS)
+
+
+def test_filling_the_disk_is_stopped_and_the_probe_still_runs(world: World) -> None:
+    assert "disk limit 256.0 MiB reached in scratch" in _output(world, "disk_filler")
+    assert _item(world, "disk_filler", "notebook_runs")["status"] != "passed"
+    assert all(_item(world, "disk_filler", name)["status"] == "passed" for name in FORWARD_ITEMS + STEP_ITEMS)
 
 
 def test_sys_exit_and_os_exit_in_cells(world: World) -> None:

@@ -290,7 +290,30 @@ def test_file_size_limit(tmp_path: Path) -> None:
     assert any("file size limit 1.0 MiB reached" in reason for reason in result.stopped)
 
 
-def test_read_only_run_can_write_nowhere(tmp_path: Path) -> None:
+def test_filling_scratch_is_stopped(tmp_path: Path) -> None:
+    """Files each under the size limit, without end: the watchdog stops the total."""
+    result = run_script(tmp_path, """
+        import itertools
+        for n in itertools.count():
+            with open(f"fill-{n}.bin", "wb") as f:
+                f.write(b"x" * 2**20)
+    """, Limits(disk_bytes=16 * 2**20), timeout=120)
+    assert not result.timed_out and result.returncode is None
+    assert any("disk limit 16.0 MiB reached in scratch" in reason for reason in result.stopped), result.stopped
+
+
+def test_too_many_files_in_scratch_is_stopped(tmp_path: Path) -> None:
+    result = run_script(tmp_path, """
+        import itertools, os
+        os.makedirs("many/files", exist_ok=True)
+        for n in itertools.count():
+            open(f"many/files/{n}", "w").close()
+    """, Limits(max_files=2000), timeout=120)
+    assert not result.timed_out and result.returncode is None
+    assert any("file count limit 2000 reached" in reason for reason in result.stopped), result.stopped
+
+
+def test_read_only_run_can_write_nowhere_and_runs_at_low_priority(tmp_path: Path) -> None:
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     result = Sandbox().run(["python", "-c", """
@@ -302,10 +325,10 @@ for path in ("here.txt", "/tmp/t", "/dev/shm/t", os.path.expanduser("~/t")):
         written.append(path)
     except OSError:
         pass
-print(written)
+print(written, os.nice(0))
 """], scratch=scratch, read_only=True)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    assert result.stdout.split() == ["[]", "10"]
     assert list(scratch.iterdir()) == []
 
 
