@@ -11,7 +11,6 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader import cells
 from grader.batch import discover, grade_batch
 from grader.cli import main
 from grader.rubric import TAGS
