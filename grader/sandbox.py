@@ -361,11 +361,18 @@ def _namespace_flags() -> list[str]:
 
 
 # Run as ``python -I -S -c _LAUNCHER UID LIMITS ARGV...``: the last trusted code before the
-# command. Sets the rlimits, volunteers for the OOM killer, lowers its priority, drops to UID
-# (if >= 0), execs.
+# command. Brings loopback up (a network namespace made by ``unshare`` starts with it down,
+# and a Jupyter kernel needs it; bwrap's is up already), sets the rlimits, volunteers for the
+# OOM killer, lowers its priority, drops to UID (if >= 0), execs.
 _LAUNCHER = """\
-import os, resource, sys
+import fcntl, os, resource, socket, struct, sys
 uid, limits, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+try:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        flags = struct.unpack("16sH14x", fcntl.ioctl(s, 0x8913, struct.pack("16sH14x", b"lo", 0)))[1]
+        fcntl.ioctl(s, 0x8914, struct.pack("16sH14x", b"lo", flags | 1))  # SIOCSIFFLAGS: IFF_UP
+except OSError:
+    pass
 for item in limits.split(","):
     name, values = item.split("=")
     soft, hard = map(int, values.split(":"))

@@ -345,8 +345,10 @@ def test_stdin_and_environment(tmp_path: Path) -> None:
 
 def test_unsandboxed_fallback(tmp_path: Path) -> None:
     result = run_script(tmp_path, """
-        import resource
+        import resource, socket
         open("out.txt", "w").write("ok")
+        server = socket.create_server(("127.0.0.1", 0))  # a Jupyter kernel needs loopback
+        socket.create_connection(server.getsockname()).close()
         print(resource.getrlimit(resource.RLIMIT_AS)[0], resource.getrlimit(resource.RLIMIT_NPROC)[0])
     """, Limits(memory_bytes=3 * 2**30, max_processes=50), force_unsandboxed=True)
     assert result.returncode == 0, result.stderr
