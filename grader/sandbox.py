@@ -45,8 +45,9 @@ How a command is isolated (bubblewrap, ``bwrap``)
   at the limit, SIGKILL 5 s later), ``RLIMIT_NPROC``, ``RLIMIT_FSIZE``, ``RLIMIT_CORE`` = 0,
   and an OOM score of 1000 so that the kernel's OOM killer picks the sandbox before the
   grader. The memory of the *whole* sandbox is watched too: every 0.25 s the watchdog adds
-  up the proportional set sizes of its processes and kills them all above
-  ``memory_bytes`` (many processes each under the per-process limit). So is scratch, the
+  up the proportional set sizes of its processes and what its private ``/tmp`` and
+  ``/dev/shm`` hold (RAM too), and kills them all above ``memory_bytes`` (many processes
+  each under the per-process limit). So is scratch, the
   only host disk it can write: above ``disk_bytes`` or ``max_files`` in total, everything
   is killed (``RLIMIT_FSIZE`` alone bounds one file, not how many). cgroups are not used:
   they are not reliably delegated to the grader, so instead of CPU shares the command runs
@@ -269,11 +270,13 @@ class Sandbox:
                     timed_out = killed = True
                     stopped.append(f"killed after {timeout:g} s wall-clock timeout")
                     break
-                in_use = _memory_in_use(_sandbox_pids(uid, proc.pid))
+                pids = _sandbox_pids(uid, proc.pid)
+                in_use = _memory_in_use(pids) + _tmpfs_in_use(pids)
                 if in_use > limits.memory_bytes:
                     killed = True
                     stopped.append(f"memory limit {_size(limits.memory_bytes)} reached "
-                                   f"({_size(in_use)} in use by the sandbox's processes); killed")
+                                   f"({_size(in_use)} in use by the sandbox's processes and its /tmp "
+                                   "and /dev/shm); killed")
                     break
                 disk_problem = _disk_problem(scratch, limits)
                 if disk_problem:
@@ -616,6 +619,24 @@ def _memory_in_use(pids: set[int]) -> int:
         except (OSError, ValueError):
             continue
     return total
+
+
+def _tmpfs_in_use(pids: set[int]) -> int:
+    """Bytes held in the sandbox's private /tmp and /dev/shm: RAM that no process's PSS shows.
+    Read through the root of a process inside the sandbox's mount namespace (0 if none)."""
+    own = os.readlink("/proc/self/ns/mnt")
+    for pid in pids:
+        try:
+            if os.readlink(f"/proc/{pid}/ns/mnt") == own:
+                continue
+            used = 0
+            for folder in ("tmp", "dev/shm"):
+                info = os.statvfs(f"/proc/{pid}/root/{folder}")
+                used += (info.f_blocks - info.f_bfree) * info.f_frsize
+            return used
+        except OSError:
+            continue
+    return 0
 
 
 def _kill_processes(uid: int | None, root_pid: int | None, *, settle: float = 5.0) -> None:

@@ -210,6 +210,21 @@ def test_memory_of_many_processes_together_is_limited(tmp_path: Path) -> None:
     assert any(r.startswith("memory limit 1.0 GiB reached") for r in result.stopped)
 
 
+def test_memory_held_in_tmpfs_counts(tmp_path: Path) -> None:
+    """/tmp and /dev/shm are RAM that no process's PSS shows: the watchdog adds them."""
+    result = run_script(tmp_path, """
+        import time
+        held = bytearray(300 * 2**20)
+        for path in ("/tmp/fill", "/dev/shm/fill"):
+            with open(path, "wb") as f:
+                for _ in range(120):
+                    f.write(b"x" * 2**20)
+        time.sleep(600)
+    """, Limits(memory_bytes=512 * 2**20), timeout=120)
+    assert not result.timed_out and result.returncode is None, result.stderr
+    assert any("its /tmp and /dev/shm" in reason for reason in result.stopped), result.stopped
+
+
 def test_infinite_loop_is_killed_at_the_timeout_with_everything_it_started(
         tmp_path: Path) -> None:
     marker = str(tmp_path / "scratch" / "script.py")
