@@ -48,7 +48,7 @@ def segments(tokens: int) -> list[list[int]] | None:
     """Where a step run is cut into separate workers (thirds), each resuming from the state the
     previous one returned: the probe's harness passes nothing else between them, so a step
     that needs more than (x_t, state) fails there (see harness/probe_harness.py)."""
-    cuts = sorted({0, tokens // 3, 2 * tokens // 3, tokens} - {0, tokens})
+    cuts = sorted({tokens // 3, 2 * tokens // 3} - {0, tokens})
     bounds = [0, *cuts, tokens]
     return [[a, b] for a, b in zip(bounds, bounds[1:])] if cuts else None
 
