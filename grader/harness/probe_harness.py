@@ -66,7 +66,7 @@ _TracebackType, _ModuleType = types.TracebackType, types.ModuleType
 
 DTYPES = {"float64": _FLOAT64, "float32": _FLOAT32}
 MAX_MESSAGE_BYTES = 64 * 2**20      # one worker's outputs
-MAX_STATE_TENSORS = 8               # a state is relayed as at most this many arrays
+MAX_STATE_ARRAYS = 8                # a state is relayed as at most this many arrays (as in probe.py)
 SEGMENT = re.compile(r"(.+)@(\d+)")   # "x@2": the array "x" of segment 2 only
 MODULE_PATH = "submission_code.py"  # the name tracebacks show
 REPORT_FD = -1                      # the supervisor's stdout, set by main()
@@ -136,9 +136,9 @@ def given_state(inputs, dtype):
 def save_state(state):
     """Relay the state step returned; only tensors can cross to the next segment."""
     parts = list(state) if _isinstance(state, (tuple, list)) else [state]
-    if not 0 < _len(parts) <= MAX_STATE_TENSORS or not all(_isinstance(p, _Tensor) for p in parts):
+    if not 0 < _len(parts) <= MAX_STATE_ARRAYS or not all(_isinstance(p, _Tensor) for p in parts):
         raise TypeError(f"step must return its state as a tuple of tensors (S, z); it returned "
-                        f"{_type(state).__name__} of {[_type(p).__name__ for p in parts][:MAX_STATE_TENSORS]}")
+                        f"{_type(state).__name__} of {[_type(p).__name__ for p in parts][:MAX_STATE_ARRAYS]}")
     for i, part in enumerate(parts):
         save_output(f"state.{i}", part)
 
@@ -429,7 +429,7 @@ def message_state(message):
             return None
     except (struct.error, ValueError, IndexError):
         return None
-    complete = 0 < _len(found) <= MAX_STATE_TENSORS and set(found) == set(range(_len(found)))
+    complete = 0 < _len(found) <= MAX_STATE_ARRAYS and set(found) == set(range(_len(found)))
     return [found[i] for i in range(_len(found))] if complete else None
 
 
