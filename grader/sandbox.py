@@ -47,8 +47,8 @@ How a command is isolated (bubblewrap, ``bwrap``)
   grader. The memory of the *whole* sandbox is watched too: every 0.25 s the watchdog adds
   up the proportional set sizes of its processes and what its private ``/tmp`` and
   ``/dev/shm`` hold (RAM too), and kills them all above ``memory_bytes`` (many processes
-  each under the per-process limit). So is scratch, the
-  only host disk it can write: above ``disk_bytes`` or ``max_files`` in total, everything
+  each under the per-process limit). Once a second it also walks scratch, the only host
+  disk the command can write: above ``disk_bytes`` or ``max_files`` in total, everything
   is killed (``RLIMIT_FSIZE`` alone bounds one file, not how many). cgroups are not used:
   they are not reliably delegated to the grader, so instead of CPU shares the command runs
   at nice 10, which keeps the grader itself responsive on a busy machine.
@@ -104,6 +104,7 @@ SANDBOX_UID_BASE = 1_900_000_000
 SANDBOX_UID_SLOTS = 256
 
 _WATCH_INTERVAL = 0.25  # seconds between two memory checks of the whole sandbox
+_DISK_WATCH_INTERVAL = 1.0  # seconds between two walks of scratch (up to max_files stat calls)
 _CPU_KILL_GRACE = 5  # seconds between SIGXCPU (soft CPU limit) and SIGKILL (hard limit)
 _BWRAP_INSTALL_HINT = "bubblewrap is not installed: apt-get install bubblewrap"
 
@@ -264,6 +265,7 @@ class Sandbox:
         watch = _ExitWatch(proc.pid)
         killed = timed_out = False
         deadline = start + timeout
+        next_disk_check = start
         try:
             while not watch.wait(max(0.0, min(_WATCH_INTERVAL, deadline - time.monotonic()))):
                 if time.monotonic() >= deadline:
@@ -278,11 +280,13 @@ class Sandbox:
                                    f"({_size(in_use)} in use by the sandbox's processes and its /tmp "
                                    "and /dev/shm); killed")
                     break
-                disk_problem = _disk_problem(scratch, limits)
-                if disk_problem:
-                    killed = True
-                    stopped.append(disk_problem)
-                    break
+                if time.monotonic() >= next_disk_check:
+                    next_disk_check = time.monotonic() + _DISK_WATCH_INTERVAL
+                    disk_problem = _disk_problem(scratch, limits)
+                    if disk_problem:
+                        killed = True
+                        stopped.append(disk_problem)
+                        break
             # Not reaped yet, so its pid, process group and session are still ours.
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
