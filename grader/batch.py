@@ -20,7 +20,7 @@ from typing import TextIO
 from grader import __version__
 from grader.assignment import Assignment
 from grader.load import sha256_file
-from grader.pipeline import SubmissionGrader
+from grader.pipeline import GRADER_ERROR_NOTE, GRADER_ERRORS, SubmissionGrader
 from grader.report import RESULTS_FILE, write_result
 from grader.rubric import Rubric
 from grader.sandbox import Sandbox
@@ -85,10 +85,11 @@ def _grade_in_worker(submission: SubmissionPath, out_dir: Path) -> GradeResult:
     try:
         result = _worker.grade(submission.path, submission.submission_id)
     except Exception:  # a grader bug must not take the batch down; the traceback is kept
-        detail = traceback.format_exc(limit=4)
+        detail = traceback.format_exc()
         result = unreadable_result(submission, _worker.rubric,
-                                   f"internal grader error, please report it: {detail.splitlines()[-1]}")
-        result.notes.append(detail)
+                                   f"{GRADER_ERROR_NOTE}, please report it (not your fault; it will be regraded)")
+        result.artifacts[GRADER_ERRORS] = detail.encode()   # hidden code: beside results.json, not in it
+        sys.stderr.write(f"{submission.submission_id}: {GRADER_ERROR_NOTE}, see {GRADER_ERRORS}\n")
     write_result(out_dir, result)
     return result
 
@@ -115,7 +116,8 @@ def grade_batch(submissions: list[SubmissionPath], assignment: Assignment, sandb
             results.append(result)
             continue
         previous = _previous_result(out_dir, submission.submission_id)
-        if previous is not None and previous.cache_key == key_for(sha256_file(submission.path)):
+        if (previous is not None and previous.cache_key == key_for(sha256_file(submission.path))
+                and not any(GRADER_ERROR_NOTE in note for note in previous.notes)):
             results.append(previous)
         else:
             todo.append(submission)
@@ -135,7 +137,7 @@ def grade_batch(submissions: list[SubmissionPath], assignment: Assignment, sandb
                     results.append(result)
                     bar.advance(result)
     bar.finish()
-    internal = sum(1 for r in results if any("internal grader error" in n for n in r.notes))
+    internal = sum(1 for r in results if any(GRADER_ERROR_NOTE in n for n in r.notes))
     return BatchOutcome(results, reused, internal)
 
 

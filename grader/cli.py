@@ -12,6 +12,7 @@ from pathlib import Path
 from grader import assign
 from grader.assignment import Assignment
 from grader.batch import default_workers, discover, grade_batch
+from grader.pipeline import GRADER_ERRORS
 from grader.report import apply_overrides, read_results, summary_table, write_gradebook
 from grader.rubric import Limits, Rubric, RubricError
 from grader.sandbox import Limits as SandboxLimits
@@ -81,8 +82,8 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     print(summary_table(outcome.results))
     print(f"\nresults: {out_dir}/<id>/results.json; gradebook: {out_dir}/gradebook.csv")
     if outcome.internal_errors:
-        print(f"{outcome.internal_errors} submissions hit an internal grader error (see their results.json)",
-              file=sys.stderr)
+        print(f"{outcome.internal_errors} submissions hit an internal grader error (tracebacks in "
+              f"{out_dir}/<id>/{GRADER_ERRORS}; rerunning regrades them)", file=sys.stderr)
         return 2
     return 0
 

@@ -6,6 +6,7 @@ up as a reason on the affected items, and the items that can still be graded are
 from __future__ import annotations
 
 import hashlib
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -22,6 +23,8 @@ from grader.score import GradeResult, score_items
 
 
 EXECUTED_NOTEBOOK = "executed.ipynb"   # the graded run with its outputs, for TAs
+GRADER_ERRORS = "grader_errors.txt"    # tracebacks of checks that crashed: for instructors only
+GRADER_ERROR_NOTE = "internal grader error"
 
 
 class SubmissionGrader:
@@ -58,10 +61,19 @@ class SubmissionGrader:
         context = CheckContext(self.rubric, self.assignment.master_path, probe, probe_problem,
                                execution, execution_problem,
                                execution.answers if execution else {})
-        items = score_items(self.rubric, self.checks.evaluate(context), submission)
+        verdicts = self.checks.evaluate(context)
+        items = score_items(self.rubric, verdicts, submission)
         if submission.fatal:
             notes.insert(0, f"This notebook could not be graded: {submission.fatal}")
         artifacts = {EXECUTED_NOTEBOOK: execution.executed_notebook} if execution and execution.executed_notebook else {}
+        crashed = {name: v.internal for name, v in verdicts.items() if v.internal}
+        if crashed:
+            # The tracebacks show hidden check code: a file beside results.json, never in it.
+            notes.append(f"{GRADER_ERROR_NOTE} in {len(crashed)} item(s) ({', '.join(sorted(crashed))}); "
+                         "they will be regraded")
+            artifacts[GRADER_ERRORS] = "\n".join(f"== {name}\n{trace}" for name, trace in crashed.items()).encode()
+            sys.stderr.write(f"{submission_id}: grader error in {', '.join(sorted(crashed))}, "
+                             f"see {GRADER_ERRORS}\n")
         return GradeResult(submission_id, self.rubric.assignment, __version__, submission.sha256, items,
                            notes, time.monotonic() - started, self.cache_key(submission.sha256), artifacts)
 

@@ -34,7 +34,7 @@ MAX_STATE_ARRAYS = 8                   # a state is relayed as at most this many
 MAX_RESTARTS = 12
 GIVE_UP_AFTER = 2   # hung or crashed cases of one kind before the rest of that kind is skipped
 # The arrays kept per kind of case (the grader reads nothing else); a ``steps`` case also
-# gets S and z from the state step returned last.
+# keeps the state relayed after each of its segments (``CaseOutput.states``).
 OUTPUT_ARRAYS = {"forward": ("y", "decay"), "steps": ("y",), "state_growth": (), "hybrid": ("logits",)}
 FILTER_NOTE = ("the probe ran without its seccomp filter (not x86_64, or refused): its workers could "
                "exec programs and use System V IPC")
@@ -58,6 +58,9 @@ class CaseOutput:
     error: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    # ``steps`` cases: the state step returned at the end of each segment, as the supervisor
+    # relayed it (measured here, never reported by the student's process)
+    states: list[list[np.ndarray]] = field(default_factory=list)
 
 
 @dataclass
@@ -165,6 +168,12 @@ def graft_scaffold(master_scaffold: str, student_scaffold: str, provided_names: 
     body = [n for n in master_class.body if _member_name(n) not in student_methods]
     for node in student_class.body:
         name = _member_name(node)
+        if name is None and isinstance(node, ast.Assign):   # ``_keys, _values = [], []``
+            bound = _top_level_names(ast.Module(body=[node], type_ignores=[]))
+            bound |= {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            if bound and not bound & provided_members:
+                body.append(node)
+            continue
         if name is None:
             continue  # docstrings and stray expressions
         if name in provided_members:
@@ -256,30 +265,20 @@ def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox
         workers = sum(len(c.config.get("segments") or [None]) for c in cases)
         result = sandbox.run([sys.executable, str(harness)], scratch=scratch,
                              timeout=case_timeout * (workers + 1) + 30, read_only=True,
-                             stdin=_request(module_source, cases, case_timeout, sandbox.sandboxed),
+                             stdin=harness_request(module_source, cases, case_timeout, sandbox.sandboxed),
                              output_bytes=MAX_PROBE_OUTPUT_BYTES)
         notes.extend(reason for reason in result.stopped if reason not in notes)
-        frames = _frames(result.stdout_bytes)
-        import_frames = frames.pop("import", [])
-        if not import_frames:
+        answer = read_answer(result.stdout_bytes, cases)
+        if answer is None:
             import_status, import_error = "error", _process_death("importing your code", result)
             break
-        record, data = import_frames[0]
-        if sandbox.sandboxed and not record.get("syscall_filter") and FILTER_NOTE not in notes:
+        if sandbox.sandboxed and not answer.syscall_filter and FILTER_NOTE not in notes:
             notes.append(FILTER_NOTE)
-        message = parse_message(data) if record.get("status") == "ok" else None
-        if message is None or not message.ok:
-            import_status = "error"
-            import_error = message.error if message else str(record.get("error") or "the import failed")
+        import_status, import_error = answer.import_status, answer.import_error
+        if import_status != "ok":
             break
-        import_status, import_error = "ok", None
-        finished = 0
-        for name in remaining:
-            output = _case_output(by_name[name], frames.get(name, []))
-            if output is None:
-                break  # the supervisor died during this case
-            outputs[name] = output
-            finished += 1
+        outputs.update(answer.outputs)
+        finished = len(answer.outputs)
         remaining = remaining[finished:]
         if not remaining:
             break
@@ -307,7 +306,7 @@ def segments_of(case: ProbeCase) -> list[tuple[int, int]] | None:
     return [(int(a), int(b)) for a, b in segments] if segments else None
 
 
-def _request(module_source: str, cases: list[ProbeCase], case_timeout: float, own_pid_namespace: bool) -> bytes:
+def harness_request(module_source: str, cases: list[ProbeCase], case_timeout: float, own_pid_namespace: bool) -> bytes:
     """The harness's stdin: the plan, then every array as npy. A segmented case's ``x`` is
     sent as one ``x@k`` per segment, and the supervisor gives each worker only its own."""
     blobs: list[bytes] = []
@@ -350,6 +349,38 @@ def _frames(stream: bytes) -> dict[str, list[tuple[dict[str, Any], bytes]]]:
             break
         frames.setdefault(str(record.get("case")), []).append((record, message))
     return frames
+
+
+@dataclass
+class HarnessAnswer:
+    """What one run of the harness said: whether the module imported, and the output of
+    every case it finished, in plan order (it stops at the case its supervisor died in)."""
+
+    import_status: str                  # ok | error
+    import_error: str | None
+    outputs: dict[str, CaseOutput]
+    syscall_filter: bool
+
+
+def read_answer(stream: bytes, cases: list[ProbeCase]) -> HarnessAnswer | None:
+    """The harness's stdout read back (None: it died before reporting the import)."""
+    frames = _frames(stream)
+    import_frames = frames.pop("import", [])
+    if not import_frames:
+        return None
+    record, data = import_frames[0]
+    message = parse_message(data) if record.get("status") == "ok" else None
+    syscall_filter = bool(record.get("syscall_filter"))
+    if message is None or not message.ok:
+        error = message.error if message else str(record.get("error") or "the import failed")
+        return HarnessAnswer("error", error, {}, syscall_filter)
+    outputs: dict[str, CaseOutput] = {}
+    for case in cases:
+        output = _case_output(case, frames.get(case.name, []))
+        if output is None:
+            break  # the supervisor died during this case
+        outputs[case.name] = output
+    return HarnessAnswer("ok", None, outputs, syscall_filter)
 
 
 @dataclass
@@ -410,37 +441,52 @@ def _process_death(what: str, result: Any) -> str:
 def _case_output(case: ProbeCase, frames: list[tuple[dict[str, Any], bytes]]) -> CaseOutput | None:
     """A case's output from its frames, or None when the supervisor died before it ended.
     Only the arrays this kind of case produces are kept; a segmented case's outputs are
-    joined, and the states handed between its segments are measured here."""
+    joined, and the states handed between its segments are measured here. A segmented case
+    that fails part way keeps the outputs and states of the segments before the failure."""
     segments = segments_of(case)
     messages: list[WorkerMessage] = []
+    failure: tuple[str, str] | None = None
     for index, (record, data) in enumerate(frames):
         where = f" (tokens {segments[index][0]} to {segments[index][1] - 1})" if segments else ""
+        message = parse_message(data) if record.get("status") == "ok" else None
         if record.get("status") != "ok":
-            status = "timeout" if record.get("status") == "timeout" else "error"
-            return CaseOutput(status, f"{record.get('error') or 'the case failed'}{where}")
-        message = parse_message(data)
-        if message is None:
-            return CaseOutput("error", f"the probe could not read this case's outputs{where}")
-        if not message.ok:
-            return CaseOutput("error", message.error + where)
+            status = {"timeout": "timeout", "skipped": "not_run"}.get(str(record.get("status")), "error")
+            failure = status, f"{record.get('error') or 'the case failed'}{where}"
+        elif message is None:
+            failure = "error", f"the probe could not read this case's outputs{where}"
+        elif not message.ok:
+            failure = "error", message.error + where
+        elif segments and index + 1 < len(segments) and message.state() is None:
+            messages.append(message)
+            failure = "error", f"step's state could not be handed to the next call: it must be a tuple of tensors (S, z){where}"
+        if failure:
+            break
         messages.append(message)
-        if segments and index + 1 < len(segments) and message.state() is None:
-            return CaseOutput("error", "step's state could not be handed to the next call: it must be a "
-                                       f"tuple of tensors (S, z){where}")
-    if len(messages) < len(segments or [None]):
+    if failure is None and len(messages) < len(segments or [None]):
         return None
-    last = messages[-1]
-    arrays = {name: last.arrays[name] for name in OUTPUT_ARRAYS.get(case.kind, ()) if name in last.arrays}
-    info = last.details.get("info") if isinstance(last.details.get("info"), dict) else {}
-    if case.kind != "steps":
-        return CaseOutput("ok", None, info, arrays)
+    if case.kind != "steps" or not messages:
+        if failure:
+            return CaseOutput(*failure)
+        last = messages[-1]
+        arrays = {name: last.arrays[name] for name in OUTPUT_ARRAYS.get(case.kind, ()) if name in last.arrays}
+        return CaseOutput("ok", None, _info(last), arrays)
+    joined = _joined_steps(messages)
+    if failure:
+        return CaseOutput(*failure, joined.info, joined.arrays, joined.states)
+    return joined
+
+
+def _info(message: WorkerMessage) -> dict[str, Any]:
+    info = message.details.get("info")
+    return info if isinstance(info, dict) else {}
+
+
+def _joined_steps(messages: list[WorkerMessage]) -> CaseOutput:
+    """The segments of a ``steps`` run as one output: y joined, and each relayed state."""
     states = [m.state() or [] for m in messages]
-    info = {**info, "states": [[list(a.shape) for a in state] for state in states]}
-    if len(states[-1]) == 2:
-        arrays["S"], arrays["z"] = states[-1]
+    info = {**_info(messages[-1]), "states": [[list(a.shape) for a in state] for state in states]}
     pieces = [m.arrays.get("y") for m in messages]
     if any(p is None or p.ndim < 2 for p in pieces) or len({p.shape[:1] + p.shape[2:] for p in pieces}) > 1:
         return CaseOutput("error", "step's outputs could not be joined: each must be shaped (batch, embedding_dim)",
-                          info)
-    arrays["y"] = np.concatenate(pieces, axis=1)
-    return CaseOutput("ok", None, info, arrays)
+                          info, {}, states)
+    return CaseOutput("ok", None, info, {"y": np.concatenate(pieces, axis=1)}, states)

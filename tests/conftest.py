@@ -1,6 +1,7 @@
 """Shared fixtures: the assignment, a real bubblewrap sandbox, and notebook builders."""
 from __future__ import annotations
 
+import ast
 import copy
 from pathlib import Path
 
@@ -45,3 +46,19 @@ def notebook_with_scaffold(master: nbformat.NotebookNode, scaffold_source: str) 
 def write_notebook(notebook: nbformat.NotebookNode, path: Path) -> Path:
     nbformat.write(notebook, str(path))
     return path
+
+
+def scaffold_cell(master: nbformat.NotebookNode, written: str) -> str:
+    """A whole scaffold cell from a file of tests/scaffolds/: the master's class with the
+    methods the file writes in place of the master's (a mutant writes only its buggy one),
+    after the file's own imports and helpers."""
+    reference = next(cells.source(c) for c in master.cells if cells.SCAFFOLD in cells.tags(c))
+    tree = ast.parse(reference)
+    master_class = next(n for n in tree.body if isinstance(n, ast.ClassDef))
+    student = ast.parse(written)
+    student_class = next(n for n in student.body if isinstance(n, ast.ClassDef))
+    own = {n.name: n for n in student_class.body if isinstance(n, ast.FunctionDef)}
+    master_class.body = [own.pop(n.name) if isinstance(n, ast.FunctionDef) and n.name in own else n
+                         for n in master_class.body] + list(own.values())
+    helpers = [n for n in student.body if n is not student_class]
+    return ast.unparse(ast.Module(body=helpers + tree.body, type_ignores=[]))

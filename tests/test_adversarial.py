@@ -134,12 +134,12 @@ def _secret_markers(assignment: Assignment, honest_canary: str) -> dict[str, str
     master = assignment.master
     delta_rule = adv.cell_by_id(master, "explain-delta-rule")
     answer = adv.cells.parse_written_answer(delta_rule).answer
-    checks_source = (ROOT / "grader" / "checks" / "linear_attention.py").read_text()
+    checks_source = (ROOT / "grader" / "checks" / "linear_attention" / "cases.py").read_text()
     rubric_source = assignment.rubric_path.read_text()
-    markers = {"SMALL_QUERY_BIAS": "the hidden checks", answer[:60]: "the reference notebook",
+    markers = {"IDENTIFYING_SHAPES": "the hidden checks", answer[:60]: "the reference notebook",
                "Reports the measured crossover honestly": "the rubric's criteria",
                honest_canary: "another submission"}
-    assert "SMALL_QUERY_BIAS" in checks_source and "Reports the measured crossover honestly" in rubric_source
+    assert "IDENTIFYING_SHAPES" in checks_source and "Reports the measured crossover honestly" in rubric_source
     return markers
 
 
@@ -160,7 +160,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, assignment: Assignment) -> W
         honest.cells.append(nbformat.v4.new_markdown_cell(honest_canary, id="honest-canary"))
         adv.write_submission(honest, submissions / f"{HONEST}.ipynb")
         targets = adv.Targets(assignment.master, out_dir, submissions / f"{HONEST}.ipynb", canary,
-                              (ROOT / "grader" / "checks" / "linear_attention.py", assignment.master_path,
+                              (ROOT / "grader" / "checks" / "linear_attention" / "cases.py", assignment.master_path,
                                assignment.rubric_path), listener.port, scratch)
         adv.write_submission(adv.control_no_step(targets), submissions / f"{CONTROL}.ipynb")
         for name, build in ATTACKS.items():
@@ -429,8 +429,10 @@ def test_step_that_keeps_history_outside_its_state_is_caught_where_it_resumes(wo
     for cheat in ("step_history_on_state", "step_history_in_files"):
         resume = _item(world, cheat, "state_resume")["output"]
         assert "after token 8, in a fresh process" in resume, resume
-        decay = _item(world, cheat, "decay_recurrent")["output"]
-        assert "is where the probe went on from the state your step returned" in decay, decay
+        equivalence = _item(world, cheat, "equivalence")["output"]
+        assert "is where the probe went on from the state your step returned" in equivalence, equivalence
+        decay = _item(world, cheat, "decay_recurrent")
+        assert decay["status"] == "failed" and "the state after" in decay["output"], decay
 
 
 def test_probe_workers_can_leave_nothing_behind(world: World) -> None:

@@ -12,7 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
+
+from conftest import SCAFFOLDS, notebook_with_scaffold, scaffold_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = ROOT / "assignments" / "linear_attention"
@@ -44,7 +47,10 @@ RUNS = {
     "equiv": (MASTER_NOTEBOOK, ["-k", "equiv"]),
     "causal": (MASTER_NOTEBOOK, ["-k", "causal"]),
     "broken": ("BROKEN", []),
+    # Every correct scaffold of tests/scaffolds, through tests/public_corpus_plugin.py.
+    "corpus": (None, ["-p", "public_corpus_plugin"]),
 }
+CORRECT = sorted(p.stem for p in SCAFFOLDS.glob("correct_*.py"))
 TIMEOUT = 240
 
 
@@ -82,6 +88,13 @@ def runs(tmp_path_factory) -> dict[str, Run]:
     broken = work / "broken.ipynb"
     broken.write_text('{"cells": [{"cell_type": "code", "source": "x = ', encoding="utf-8")
 
+    master = nbformat.read(str(MASTER_NOTEBOOK), as_version=4)
+    corpus = {}
+    for name in CORRECT:
+        corpus[name] = str(work / f"{name}.ipynb")
+        nbformat.write(notebook_with_scaffold(master, scaffold_cell(master, (SCAFFOLDS / f"{name}.py").read_text())),
+                       corpus[name])
+
     started = {}
     for name, (notebook, extra) in RUNS.items():
         env = {k: v for k, v in os.environ.items()
@@ -89,6 +102,9 @@ def runs(tmp_path_factory) -> dict[str, Run]:
         env["PYTHONDONTWRITEBYTECODE"] = "1"  # leave no __pycache__ in the shipped folder
         if notebook is not None:
             env["LA_NOTEBOOK"] = str(broken if notebook == "BROKEN" else notebook)
+        if name == "corpus":
+            env["G2C_CORPUS"] = json.dumps(corpus)
+            env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests"), env.get("PYTHONPATH", "")])
         report = work / f"{name}.json"
         cmd = [sys.executable, "-m", "pytest", str(PUBLIC_TESTS), "-q", "-p", "no:cacheprovider",
                "-c", str(ini), "--rootdir", str(ASSIGNMENT),
@@ -155,3 +171,12 @@ def test_unloadable_notebook_errors_each_test_readably(runs):
         message = test["setup"]["longrepr"]
         assert "could not load the notebook's code" in message and "not valid notebook JSON" in message, message
 
+
+
+@pytest.mark.parametrize("name", CORRECT)
+def test_every_correct_style_passes_every_public_test(runs, name):
+    """Including no EPS, clamp(min=EPS) and x.float(): the public tests follow the grader's rules."""
+    outcomes = {test: got for test, got in runs["corpus"].outcomes().items() if test.endswith(f"[{name}]")}
+    assert len(outcomes) == TOTAL, runs["corpus"].context()
+    failed = {test: got for test, got in outcomes.items() if got != "passed"}
+    assert not failed, f"{failed}\n{runs['corpus'].context()}"

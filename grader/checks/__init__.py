@@ -1,15 +1,19 @@
 """Hidden checks: trusted code that turns raw probe outputs into verdicts.
 
-One module per assignment (named by the rubric's ``checks`` key). It exposes
+One module or package per assignment (named by the rubric's ``checks`` key). It exposes
 ``probe_cases(rubric)`` (what to run inside the sandbox) and ``evaluate(context)`` (a verdict
 per autograded rubric item). Nothing in this package is visible inside the sandbox.
+
+Each item is decided on its own (``decide``): an exception in one check makes that item an
+``error`` for the grader's maintainers to fix, and every other item is still decided.
 """
 from __future__ import annotations
 
 import importlib
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from grader.execute import ExecutionResult
 from grader.probe import ProbeCase, ProbeResult
@@ -22,6 +26,7 @@ class Verdict:
 
     status: str                       # passed | failed | error
     message: str
+    internal: str | None = None       # a grader traceback: for instructors, never shown to students
 
     @property
     def score_fraction(self) -> float:
@@ -47,3 +52,16 @@ class ChecksModule(Protocol):
 
 def checks_for(rubric: Rubric) -> ChecksModule:
     return importlib.import_module(rubric.checks)  # type: ignore[return-value]
+
+
+def decide(checks: Mapping[str, Callable[[], Verdict]]) -> dict[str, Verdict]:
+    """Run each item's check alone; a check that raises errors its own item only."""
+    verdicts = {}
+    for name, check in checks.items():
+        try:
+            verdicts[name] = check()
+        except Exception:  # noqa: BLE001 - a grader bug costs one item, never the submission
+            verdicts[name] = Verdict("error", f"grader error in check {name}, please report it "
+                                              "(this item is not your fault; it will be regraded)",
+                                     traceback.format_exc())
+    return verdicts

@@ -12,7 +12,8 @@ with pickle disabled, size limits); this process only relays them.
 Supervisor and workers
 ----------------------
 This process, the *supervisor*, never runs student code. It forks one *worker* to check that
-the module imports, then one per case. A ``steps`` case whose config lists ``segments`` runs
+the module imports, then one per case. A case whose config lists ``only_if_failed`` runs only
+when one of those cases did not succeed (a fallback). A ``steps`` case whose config lists ``segments`` runs
 as a chain of workers: each calls ``step`` on its own slice of the tokens, starting from the
 state the previous one returned, which the supervisor relays as plain arrays. After every
 worker, every other process of the sandbox is killed; the supervisor enforces the time
@@ -233,7 +234,7 @@ def case_hybrid(module, inputs, config):
     lm = module.HybridTransformerLM(config["vocab_size"], config["embedding_dim"],
                                     config["layer_pattern"], config["num_heads"],
                                     config["max_seq_len"], hidden_dim=config["hidden_dim"])
-    lm.to(dtype=_FLOAT64)
+    lm.to(dtype=DTYPES[config["dtype"]])
     calls = [0]
     for block in lm.blocks:
         if _isinstance(block.attn, module.LinearAttention):
@@ -311,7 +312,7 @@ def receive_inputs(fd):
     return header, arrays
 
 
-def send(fd, ok, details):
+def encode(ok, details):
     """The message: status byte, array count, (name, npy) entries, then JSON details."""
     parts = [b"\x00" if ok else b"\x01", _pack(">I", _len(_OUTPUTS))]
     for name, value in _OUTPUTS.items():
@@ -321,8 +322,27 @@ def send(fd, ok, details):
         parts += [_pack(">H", _len(encoded)), encoded, _pack(">Q", buffer.tell()), buffer.getvalue()]
     text = _dumps(details, default=_str).encode()
     parts += [_pack(">Q", _len(text)), text]
-    body = b"".join(parts)
-    write_all(fd, _pack(">Q", _len(body)), body)
+    return b"".join(parts)
+
+
+def run_case(plan, header, inputs):
+    """Import the student's module, run one case (``header`` None: only the import) and
+    return the message for the supervisor. Used by ``worker`` and, without a worker around
+    it, by the toolkit's own tests (the same case code, in their process)."""
+    _OUTPUTS.clear()
+    source = plan["module_source"]
+    try:
+        module = import_submission(source)
+        info = HANDLERS[header["kind"]](module, inputs, header["config"]) if header else {}
+        ok, details = True, {"info": info}
+    except BaseException as exc:  # noqa: BLE001 - any failure of student code is a result
+        _OUTPUTS.clear()
+        ok, details = False, {"error": error_text(exc, source.splitlines())}
+    try:
+        return encode(ok, details)
+    except BaseException as exc:  # noqa: BLE001 - outputs that cannot be serialized
+        _OUTPUTS.clear()
+        return encode(False, {"error": "the outputs could not be sent back: " + error_text(exc, [])})
 
 
 def worker(plan, in_fd, out_fd):
@@ -338,19 +358,8 @@ def worker(plan, in_fd, out_fd):
         _close(in_fd)
     sys.modules["__main__"] = _ModuleType("__main__")
     sys.addaudithook(_audit)
-    source = plan["module_source"]
-    try:
-        module = import_submission(source)
-        info = HANDLERS[header["kind"]](module, inputs, header["config"]) if header else {}
-        ok, details = True, {"info": info}
-    except BaseException as exc:  # noqa: BLE001 - any failure of student code is a result
-        _OUTPUTS.clear()
-        ok, details = False, {"error": error_text(exc, source.splitlines())}
-    try:
-        send(out_fd, ok, details)
-    except BaseException as exc:  # noqa: BLE001 - outputs that cannot be serialized
-        _OUTPUTS.clear()
-        send(out_fd, False, {"error": "the outputs could not be sent back: " + error_text(exc, [])})
+    message = run_case(plan, header, inputs)
+    write_all(out_fd, _pack(">Q", _len(message)), message)
     _exit(0)
 
 
@@ -455,6 +464,13 @@ def kill_workers(pid, kill_all):
         time.sleep(0.002)
 
 
+def frame(record, message):
+    """One frame of the answer: the supervisor's record, then the worker's message."""
+    text = _dumps(record).encode()
+    body = message if message is not None else b""
+    return b"".join([_pack(">Q", _len(text)), text, _pack(">Q", _len(body)), body])
+
+
 class Supervisor:
     """Runs the plan's cases in workers and relays their messages (see the module docstring).
     ``store`` holds every input array; ``offsets`` maps a case to its (name, start, length)."""
@@ -492,9 +508,7 @@ class Supervisor:
             kill_workers(pid, self.plan.get("kill_all"))
 
     def report(self, record, message):
-        text = _dumps(record).encode()
-        body = message if message is not None else b""
-        write_all(REPORT_FD, _pack(">Q", _len(text)), text, _pack(">Q", _len(body)), body)
+        write_all(REPORT_FD, frame(record, message))
 
     def inputs(self, case, segment):
         """The case's arrays for one segment: shared ones, and ``name@segment`` as ``name``."""
@@ -507,9 +521,10 @@ class Supervisor:
         return chosen
 
     def run_case(self, case):
-        """Run a case (its segments one after another); True if a worker hung or crashed."""
+        """Run a case (its segments one after another). Returns (a worker hung or crashed,
+        every worker reported success)."""
         segments = case["config"].get("segments") or [None]
-        state = []
+        state, succeeded = [], True
         for index, _ in enumerate(segments):
             segment = None if segments == [None] else index
             header = {"name": case["name"], "kind": case["kind"], "config": case["config"]}
@@ -517,14 +532,15 @@ class Supervisor:
             record = {"case": case["name"], "segment": segment}
             if message is None:
                 self.report(dict(record, status="timeout" if timed_out else "error", error=problem), None)
-                return True
+                return True, False
             self.report(dict(record, status="ok"), message)
+            succeeded = succeeded and message[0] == 0
             if segment is not None and index + 1 < _len(segments):
                 views = message_state(message)
                 if views is None:
-                    return False  # the trusted side reads why from this segment's message
+                    return False, False  # the trusted side reads why from this segment's message
                 state = [(f"state.{i}", view) for i, view in enumerate(views)]
-        return False
+        return False, succeeded
 
     def run(self):
         message, problem, _ = self.run_worker(None, [])
@@ -532,24 +548,31 @@ class Supervisor:
                      "error": problem, "syscall_filter": self.plan.get("syscall_filter", False)}, message)
         if message is None or message[0] != 0:
             return
-        troubled = {}   # kind -> how many of its cases hung or crashed
+        troubled = {}     # kind -> how many of its cases hung or crashed
+        succeeded = set()
         give_up = self.plan.get("give_up_after", 2)
         for case in self.plan["cases"]:
-            kind = case["kind"]
-            if troubled.get(kind, 0) >= give_up:
+            kind, needed_if = case["kind"], case["config"].get("only_if_failed")
+            if needed_if and all(name in succeeded for name in needed_if):
+                self.report({"case": case["name"], "segment": None, "status": "skipped",
+                             "error": "not needed: the cases it stands in for ran"}, None)
+            elif troubled.get(kind, 0) >= give_up:
                 self.report({"case": case["name"], "segment": None, "status": "error",
                              "error": f"not run: {give_up} earlier {kind} cases hung or crashed"}, None)
-            elif self.run_case(case):
-                troubled[kind] = troubled.get(kind, 0) + 1
+            else:
+                hung, ok = self.run_case(case)
+                troubled[kind] = troubled.get(kind, 0) + hung
+                if ok:
+                    succeeded.add(case["name"])
 
 
-def read_request():
+def read_request(fd=0):
     """(plan, store, offsets): the plan, every input array in one private buffer, and per
     case the (name, offset, length) of its arrays in that buffer."""
-    plan = _loads(bytes(read_exact(0, _unpack(">Q", bytes(read_exact(0, 8)))[0])))
+    plan = _loads(bytes(read_exact(fd, _unpack(">Q", bytes(read_exact(fd, 8)))[0])))
     sizes = [(case["name"], name, length) for case in plan["cases"] for name, length in case["arrays"]]
     store = private_buffer(sum(length for _, _, length in sizes))
-    if read_exact(0, sum(length for _, _, length in sizes), store) is None:
+    if read_exact(fd, sum(length for _, _, length in sizes), store) is None:
         raise SystemExit("the request ended early")
     offsets, at = {case["name"]: [] for case in plan["cases"]}, 0
     for case, name, length in sizes:
@@ -623,4 +646,5 @@ def main():
     _exit(0)
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -1,9 +1,7 @@
-# Mutant (one bug): forward's decay mask uses gamma^(t-i+1) instead of gamma^(t-i) (the
-# diagonal gets gamma instead of 1); step is correct. Because every weight in row t carries
-# the same extra factor gamma, it cancels in the normalized ratio EXCEPT against EPS:
-# forward effectively divides by (phi(q).z + EPS/gamma). The deviation is therefore zero at
-# gamma = 1 and of order EPS*(1/gamma - 1)/(phi(q).z) otherwise: tiny (~1e-7..1e-6) for
-# ordinary inputs, large when phi(q).z is made comparable to EPS (strongly negative q).
+# Mutant (one bug): forward's numerator is correct (decayed causal weights @ v), but its
+# denominator is the sum of phi(q_t).phi(k_i) over ALL positions i of the row, with no causal
+# mask and no decay, + EPS. step is correct. Agrees with it only at the last position when
+# gamma = 1 (and at T = 1).
 class LinearAttention(Module):
 
     def forward(self, x):
@@ -20,7 +18,7 @@ class LinearAttention(Module):
         positions = torch.arange(T, device=x.device)
         lag = positions[:, None] - positions[None, :]  # t - i
         gamma = self.decay.to(x.dtype).view(1, self.num_heads, 1, 1)
-        mask = torch.where(lag >= 0, gamma ** (lag.clamp(min=0) + 1), torch.zeros((), dtype=x.dtype))
-        weights = (q @ k.transpose(-1, -2)) * mask  # (B, H, T, T)
-        out = (weights @ v) / (weights.sum(dim=-1, keepdim=True) + EPS)
+        mask = torch.where(lag >= 0, gamma ** lag.clamp(min=0), torch.zeros((), dtype=x.dtype))
+        scores = q @ k.transpose(-1, -2)  # (B, H, T, T)
+        out = ((scores * mask) @ v) / (scores.sum(dim=-1, keepdim=True) + EPS)
         return self.out_proj(self._merge_heads(out))

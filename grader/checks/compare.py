@@ -1,0 +1,117 @@
+"""Comparing a student's outputs with what was expected, shared by every checks module.
+
+Three rules live here so that every item of every assignment applies them the same way:
+
+- **Shapes first.** An output of the wrong shape fails with both shapes named; it is never
+  broadcast against the expected array, and an empty output never crashes a check.
+- **Where and by how much.** A mismatch reports the max-abs error, its first worst position
+  and the expected and actual values there, as pytest does.
+- **One dtype rule.** Every case is run in float64 and again in float32 (its *twin*). An item
+  passes when all its float64 runs are within the float64 tolerance; failing that, when every
+  case is within the float32 tolerance in its float64 run or in its float32 twin (code that
+  cannot run in float64, or only computes in float32, still earns the item, with a note).
+
+Tolerances are absolute for expected values of magnitude up to 1 and relative beyond, so an
+output that legitimately grows (an unnormalized sum, say) is judged at the same precision.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from grader.checks import Verdict
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """The largest difference between two arrays of the same shape."""
+
+    max_abs: float
+    where: tuple[int, ...]
+    expected: float
+    got: float
+
+
+def compare(got: np.ndarray | None, expected: np.ndarray) -> Mismatch | str:
+    """The mismatch of ``got`` against ``expected``, or a message when they cannot be
+    compared (no output, another shape, non-finite values)."""
+    if got is None:
+        return "no output was produced"
+    if got.shape != expected.shape:
+        return f"expected shape {tuple(expected.shape)}, got {tuple(got.shape)}"
+    if not np.all(np.isfinite(got)):
+        where = tuple(int(i) for i in np.argwhere(~np.isfinite(got))[0])
+        return f"non-finite output ({got[where]}) at {position(where)}"
+    if got.size == 0:
+        return Mismatch(0.0, (), 0.0, 0.0)
+    diff = np.abs(got.astype(np.float64) - expected)
+    where = tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape))
+    return Mismatch(float(diff[where]), where, float(expected[where]), float(got[where]))
+
+
+def scaled(tolerance: float, expected: np.ndarray) -> float:
+    """``tolerance`` as an absolute bound for values up to 1, relative above that."""
+    return tolerance * max(1.0, float(np.abs(expected).max(initial=0.0)))
+
+
+def within(result: Mismatch | str, tolerance: float) -> bool:
+    return isinstance(result, Mismatch) and result.max_abs <= tolerance
+
+
+def position(where: tuple[int, ...]) -> str:
+    """'batch 0, position 3, channel 5' for a (B, T, C) index; the tuple otherwise."""
+    names = ("batch", "position", "channel")
+    return ", ".join(f"{n} {i}" for n, i in zip(names, where)) if len(where) == 3 else str(where)
+
+
+def describe(result: Mismatch | str) -> str:
+    if isinstance(result, str):
+        return result
+    return (f"max-abs error {result.max_abs:.3g} at ({position(result.where)}): "
+            f"expected {result.expected:.6g}, got {result.got:.6g}")
+
+
+@dataclass(frozen=True)
+class DtypeRule:
+    """The tolerances of the dtype rule, and how a float64 case names its float32 twin."""
+
+    float64_tolerance: float
+    float32_tolerance: float
+    twin: Callable[[str], str | None]
+
+    def judge(self, names: Sequence[str], problem: Callable[[str, float], str | None],
+              what: str) -> Verdict:
+        """Apply the rule to the float64 cases ``names``. ``problem(run, tolerance)`` says what
+        is wrong with one run at one tolerance (None: nothing)."""
+        strict = next((p for p in (problem(n, self.float64_tolerance) for n in names) if p), None)
+        if strict is None:
+            return Verdict("passed", f"{what}: all {len(names)} cases within {self.float64_tolerance:g} (float64)")
+        for name in names:
+            found = self._loose_problem(name, problem)
+            if found:
+                return Verdict("failed", f"{what}: {found}")
+        return Verdict("passed", f"{what}: {float32_note(self, strict)}")
+
+    def _loose_problem(self, name: str, problem: Callable[[str, float], str | None]) -> str | None:
+        """None when the float64 run or its twin is within the float32 tolerance; else the
+        more telling of the two problems (the twin's, when the float64 run could not run)."""
+        first = problem(name, self.float32_tolerance)
+        twin = self.twin(name)
+        if first is None or twin is None:
+            return first
+        second = problem(twin, self.float32_tolerance)
+        if second is None:
+            return None
+        return second if first.startswith(RUN_FAILED) else first
+
+
+RUN_FAILED = "could not run"   # how a problem that is not a numeric mismatch begins
+
+
+def float32_note(rule: DtypeRule, float64_problem: str) -> str:
+    """The one note every item gives code that is right only at float32 precision."""
+    return (f"correct at float32 tolerance {rule.float32_tolerance:g}, so full marks; in float64 it missed "
+            f"{rule.float64_tolerance:g} ({float64_problem}). Your code seems to compute in float32 (a "
+            "hard-coded dtype, or x.float()?); use the input's dtype.")

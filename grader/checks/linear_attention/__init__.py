@@ -1,0 +1,53 @@
+"""Hidden checks for the linear_attention assignment.
+
+- ``cases``: the inputs the probe runs (each in float64 and in float32).
+- ``model``: the reference computation and its named variants (the module's pitfalls).
+- ``items``: the scaffold items, each judging one concern against the variant the student's
+  form was found to compute, so that a mistake is charged once.
+- ``hybrid``: the student's layer inside the provided language model.
+- ``answers``: items decided by the executed notebook's answer variables.
+"""
+from __future__ import annotations
+
+from functools import partial
+
+from grader.checks import CheckContext, Verdict, decide
+from grader.checks.linear_attention import cases as inputs
+from grader.checks.linear_attention.answers import answer_checks, execution_verdict
+from grader.checks.linear_attention.hybrid import hybrid_problem
+from grader.checks.linear_attention.items import SCAFFOLD_CHECKS, Evidence
+from grader.probe import ProbeCase
+from grader.rubric import Rubric
+
+STUDENT_METHODS = frozenset({"forward", "step"})
+CLASS_NAME = "LinearAttention"
+SCAFFOLD_ITEMS = ("scaffold_present", *SCAFFOLD_CHECKS, "hybrid_lm")
+
+
+def probe_cases(rubric: Rubric) -> list[ProbeCase]:
+    return inputs.probe_cases()
+
+
+def check_hybrid(ev: Evidence) -> Verdict:
+    """The model runs forward and backward, and its logits are the trusted model's."""
+    def problem(run: str, tolerance: float) -> str | None:
+        return hybrid_problem(ev.output(run), ev.inputs[run], ev.context.master_path, ev.forward_variant, tolerance)
+    verdict = ev.rule.judge(["hybrid_float64"], problem, "HybridTransformerLM with your layer")
+    if verdict.status == "passed":
+        return Verdict("passed", f"forward and backward run, and the logits match the trusted model; {verdict.message}")
+    return verdict
+
+
+def evaluate(context: CheckContext) -> dict[str, Verdict]:
+    """A verdict for every autograded item; each is decided on its own."""
+    checks = dict(answer_checks(context))
+    checks["notebook_runs"] = partial(execution_verdict, context)
+    probe = context.probe
+    if probe is None or probe.import_status != "ok":
+        reason = context.probe_problem if probe is None else f"importing your code failed: {probe.import_error}"
+        return {**{name: Verdict("error", reason) for name in SCAFFOLD_ITEMS}, **decide(checks)}
+    evidence = Evidence(context, probe_cases(context.rubric))
+    checks["scaffold_present"] = lambda: Verdict("passed", f"the {CLASS_NAME} scaffold imports")
+    checks.update({name: partial(check, evidence) for name, check in SCAFFOLD_CHECKS.items()})
+    checks["hybrid_lm"] = partial(check_hybrid, evidence)
+    return decide(checks)

@@ -1,0 +1,148 @@
+"""Items decided by the executed notebook's answer variables, not by the scaffold: the
+memory bill of Exercise 5 and the decode benchmark of Exercise 1 (and that the notebook ran)."""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from grader.checks import CheckContext, Verdict
+
+
+def execution_verdict(context: CheckContext) -> Verdict:
+    if context.execution is None:
+        return Verdict("error", f"the notebook was not executed: {context.execution_problem}")
+    problems = context.execution.problems()
+    if problems:
+        return Verdict("failed", "; ".join(problems[:5]))
+    return Verdict("passed", f"all {len(context.execution.cells)} code cells ran without error")
+
+
+def memory_bill_expected(setting: dict[str, Any]) -> dict[str, float]:
+    """Exercise 5's byte counts, from the rubric's sizes."""
+    tokens, dim, heads = setting["tokens"], setting["embedding_dim"], setting["num_heads"]
+    kv_heads, window, width = setting["kv_heads"], setting["window"], setting["bytes_per_element"]
+    layers = setting["stack_layers"]
+    head_dim = dim // heads
+    mha = 2 * tokens * dim * width
+    linear = (heads * head_dim * head_dim + heads * head_dim) * width
+    return {"mha_kv_cache": mha, "gqa8_kv_cache": 2 * tokens * kv_heads * head_dim * width,
+            "sliding_window_kv_cache": 2 * min(window, tokens) * dim * width,
+            "linear_state": linear, "stack_all_mha": layers * mha,
+            "stack_all_linear": layers * linear, "stack_hybrid_LLLF": (layers - 1) * linear + mha}
+
+
+GROWS_WITH_T = {"mha_kv_cache", "gqa8_kv_cache", "stack_all_mha", "stack_hybrid_LLLF"}
+
+
+def answer_checks(context: CheckContext) -> dict[str, Callable[[], Verdict]]:
+    """One check per memory-bill and benchmark item, each decided on its own."""
+    checks: dict[str, Callable[[], Verdict]] = {
+        f"bill_{key}": (lambda key=key: _bill_item(context, key))
+        for key in memory_bill_expected(context.rubric.settings["memory_bill"])}
+    checks["bill_grows_with_T"] = lambda: _bill_grows_with_t(context)
+    checks.update({name: (lambda name=name: _benchmark_verdicts(context)[name]) for name in BENCHMARK_ITEMS})
+    return checks
+
+
+def _bill_item(context: CheckContext, key: str) -> Verdict:
+    bill = context.answers.get("MEMORY_BILL")
+    missing = _missing_answer(context, "MEMORY_BILL", bill)
+    if missing:
+        return Verdict("failed", missing)
+    value = memory_bill_expected(context.rubric.settings["memory_bill"])[key]
+    tolerance = context.rubric.tolerances.get("memory_bill_rel", 0.02)
+    got = bill.get(key)
+    if not _is_number(got):
+        return Verdict("failed", f"MEMORY_BILL[{key!r}] should be a number of bytes, got {got!r}")
+    if abs(got - value) > tolerance * value:
+        return Verdict("failed", f"MEMORY_BILL[{key!r}] = {got:,.0f} bytes, off by more than "
+                                 f"{tolerance:.0%} from the expected size")
+    return Verdict("passed", f"MEMORY_BILL[{key!r}] = {got:,.0f} bytes")
+
+
+def _bill_grows_with_t(context: CheckContext) -> Verdict:
+    bill = context.answers.get("MEMORY_BILL")
+    missing = _missing_answer(context, "MEMORY_BILL", bill)
+    if missing:
+        return Verdict("failed", missing)
+    grows = bill.get("grows_with_T")
+    if not isinstance(grows, list) or set(map(str, grows)) != GROWS_WITH_T:
+        return Verdict("failed", f"MEMORY_BILL['grows_with_T'] = {grows!r}: list exactly the keys whose size "
+                                 "grows with T")
+    return Verdict("passed", "the growing states are named correctly")
+
+
+def _missing_answer(context: CheckContext, name: str, value: Any) -> str | None:
+    if context.execution is None:
+        return f"{name} was not read: the notebook was not executed ({context.execution_problem})"
+    if value is None:
+        return f"{name} is not defined after running the notebook (did its cell fail?)"
+    if not isinstance(value, dict):
+        return f"{name} should be a dict, got {type(value).__name__}"
+    return None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+BENCHMARK_FIELDS = ("history_lengths", "full_ms_per_step", "linear_ms_per_step", "kv_cache_bytes",
+                    "linear_state_bytes", "embedding_dim", "num_heads", "batch_size", "bytes_per_element")
+
+
+BENCHMARK_ITEMS = ("benchmark_fields", "benchmark_lengths", "benchmark_timings", "benchmark_memory")
+
+
+def _benchmark_verdicts(context: CheckContext) -> dict[str, Verdict]:
+    bench = context.answers.get("DECODE_BENCHMARK")
+    names = BENCHMARK_ITEMS
+    missing = _missing_answer(context, "DECODE_BENCHMARK", bench)
+    if missing:
+        return {n: Verdict("failed", missing) for n in names}
+    absent = [f for f in BENCHMARK_FIELDS if f not in bench]
+    lists = ("history_lengths", "full_ms_per_step", "linear_ms_per_step", "kv_cache_bytes",
+             "linear_state_bytes")
+    lengths = bench.get("history_lengths")
+    bad_lists = [f for f in lists if f in bench and (not isinstance(bench[f], list) or not isinstance(
+        lengths, list) or len(bench[f]) != len(lengths) or not all(_is_number(v) for v in bench[f]))]
+    verdicts = {}
+    if absent or bad_lists:
+        reason = (f"missing fields {absent}" if absent else "") + (
+            f"{'; ' if absent else ''}fields {bad_lists} must be lists of numbers, one per history length"
+            if bad_lists else "")
+        verdicts["benchmark_fields"] = Verdict("failed", f"DECODE_BENCHMARK: {reason}")
+        return {**{n: Verdict("failed", "DECODE_BENCHMARK is incomplete (see benchmark_fields)") for n in names},
+                **verdicts}
+    verdicts["benchmark_fields"] = Verdict("passed", "all required fields are present")
+    if len(lengths) >= 4 and min(lengths) > 0 and max(lengths) >= 16 * min(lengths):
+        verdicts["benchmark_lengths"] = Verdict("passed", f"{len(lengths)} lengths from {min(lengths)} to "
+                                                          f"{max(lengths)}")
+    else:
+        verdicts["benchmark_lengths"] = Verdict("failed", f"history_lengths {lengths}: use at least 4 lengths "
+                                                          "spanning at least 16x (e.g. 64 to 1024)")
+    timings = bench["full_ms_per_step"] + bench["linear_ms_per_step"]
+    verdicts["benchmark_timings"] = (
+        Verdict("passed", "every timing is positive and finite") if all(t > 0 for t in timings)
+        else Verdict("failed", "timings must be positive milliseconds per step"))
+    verdicts["benchmark_memory"] = _benchmark_memory(bench, context.rubric.tolerances.get(
+        "benchmark_memory_rel", 0.01))
+    return verdicts
+
+
+def _benchmark_memory(bench: dict[str, Any], tolerance: float) -> Verdict:
+    sizes = [bench[f] for f in ("embedding_dim", "num_heads", "batch_size", "bytes_per_element")]
+    if not all(isinstance(s, int) and s > 0 for s in sizes) or sizes[0] % sizes[1]:
+        return Verdict("failed", "embedding_dim, num_heads, batch_size and bytes_per_element must be "
+                                 "positive integers with num_heads dividing embedding_dim")
+    dim, heads, batch, width = sizes
+    head_dim = dim // heads
+    state = batch * (heads * head_dim * head_dim + heads * head_dim) * width
+    for length, kv, lin in zip(bench["history_lengths"], bench["kv_cache_bytes"], bench["linear_state_bytes"]):
+        kv_expected = 2 * batch * length * dim * width
+        if abs(kv - kv_expected) > tolerance * kv_expected:
+            return Verdict("failed", f"at history length {length}, kv_cache_bytes = {kv:,.0f}; keys and values of "
+                                     f"one layer take {kv_expected:,} bytes at these sizes")
+        if abs(lin - state) > tolerance * state:
+            return Verdict("failed", f"at history length {length}, linear_state_bytes = {lin:,.0f}; (S, z) take "
+                                     f"{state:,} bytes at these sizes, whatever the length")
+    return Verdict("passed", "KV-cache and (S, z) bytes are right for every length")

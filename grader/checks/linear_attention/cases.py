@@ -1,0 +1,123 @@
+"""The inputs the probe runs through the student's LinearAttention, generated from seeds.
+
+Every case exists twice, ``<name>_float64`` and its twin ``<name>_float32`` (the same inputs,
+with the layer and the input in float32): see the dtype rule in ``grader.checks.compare``.
+Inputs are ordinary (unit-scale projections), so phi(q).z stays far above EPS and every EPS
+convention gives the same outputs to float64 precision.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from grader.probe import ProbeCase
+
+# (batch, tokens, embedding_dim, heads): batch 1 and > 1, T from 1 to 256, d_h from 2 to 8.
+SHAPES = ((1, 1, 8, 2), (2, 17, 12, 3), (3, 64, 16, 4), (1, 256, 32, 4))
+GAMMAS = ("none", "mild", "strong", "per_head")
+# Where the checks find which computation each form does: distinct decays per head, T >= 64.
+IDENTIFYING_SHAPES = (2, 3)
+
+RESUME_TOKENS, RESUME_SEGMENTS = 16, [[0, 9], [9, 16]]
+STATE_CHECKPOINTS = [1, 10, 1000]
+CAUSAL_SHAPES = (1, 2, 3)
+HYBRID = {"vocab_size": 23, "embedding_dim": 16, "num_heads": 4,
+          "layer_pattern": ["linear", "linear", "linear", "full"],
+          "max_seq_len": 32, "hidden_dim": 32, "seed": 3}
+
+
+def logits(kind: str, heads: int) -> list[float]:
+    """Decay logits per head; 50 gives gamma == 1.0 exactly in float64 and float32."""
+    per_head = [4.6, 0.0, 2.0, -1.0]
+    return {"none": [50.0] * heads, "mild": [3.0] * heads, "strong": [0.0] * heads,
+            "per_head": per_head[:heads]}[kind]
+
+
+def segments(tokens: int) -> list[list[int]] | None:
+    """Where a step run is cut into separate workers (thirds), each resuming from the state the
+    previous one returned: the probe's harness passes nothing else between them, so a step
+    that needs more than (x_t, state) fails there (see harness/probe_harness.py)."""
+    cuts = sorted({tokens // 3, 2 * tokens // 3} - {0, tokens})
+    bounds = [0, *cuts, tokens]
+    return [[a, b] for a, b in zip(bounds, bounds[1:])] if cuts else None
+
+
+def name(kind: str, shape: int, gamma: str, dtype: str = "float64") -> str:
+    return f"{kind}_s{shape}_{gamma}_{dtype}"
+
+
+def names(kind: str, gammas: tuple[str, ...] = GAMMAS, shapes: tuple[int, ...] | None = None) -> list[str]:
+    """The float64 ``forward`` or ``steps`` cases of these decays (and shapes)."""
+    return [name(kind, s, g) for s in (range(len(SHAPES)) if shapes is None else shapes) for g in gammas]
+
+
+def twin_name(case_name: str) -> str:
+    return case_name[: -len("float64")] + "float32"
+
+
+def _weights(rng: np.random.Generator, dim: int) -> dict[str, np.ndarray]:
+    bound = 1.0 / math.sqrt(dim)
+    arrays = {}
+    for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+        arrays[f"{proj}.weight"] = rng.uniform(-bound, bound, (dim, dim))
+        arrays[f"{proj}.bias"] = rng.uniform(-bound, bound, dim)
+    return arrays
+
+
+def _layer_inputs(seed: list[int], shape: tuple[int, int, int, int], gamma: str) -> dict[str, np.ndarray]:
+    batch, tokens, dim, heads = shape
+    rng = np.random.default_rng(seed)
+    arrays = _weights(rng, dim)
+    arrays["gamma_logit"] = np.array(logits(gamma, heads))
+    arrays["x"] = rng.standard_normal((batch, tokens, dim))
+    return arrays
+
+
+def _both_dtypes(base: str, kind: str, config: dict, arrays: dict[str, np.ndarray],
+                 fallback_for: list[str] | None = None) -> list[ProbeCase]:
+    """The case and its float32 twin. A twin ``fallback_for`` some float64 cases runs only when
+    one of them fails to run: where float32-accurate code is fine in float64 (no comparison
+    with a float64 reference), the twin is needed only by code that cannot run in float64."""
+    twin = {"only_if_failed": [f"{b}_float64" for b in fallback_for]} if fallback_for else {}
+    return [ProbeCase(f"{base}_float64", kind, {**config, "dtype": "float64"}, arrays),
+            ProbeCase(f"{base}_float32", kind, {**config, "dtype": "float32", **twin}, arrays)]
+
+
+def probe_cases() -> list[ProbeCase]:
+    """Every input the harness runs, generated deterministically."""
+    cases: list[ProbeCase] = []
+    for shape_index, shape in enumerate(SHAPES):
+        for gamma in GAMMAS:
+            arrays = _layer_inputs([shape_index, GAMMAS.index(gamma)], shape, gamma)
+            layer = {"embedding_dim": shape[2], "num_heads": shape[3]}
+            for kind in ("forward", "steps"):
+                config = {**layer, **({"segments": segments(shape[1])} if kind == "steps" else {})}
+                cases += _both_dtypes(name(kind, shape_index, gamma)[: -len("_float64")], kind, config, arrays)
+    # Causality: the same weights on an input whose tokens after `cut` are replaced.
+    for shape_index in CAUSAL_SHAPES:
+        batch, tokens, dim, heads = SHAPES[shape_index]
+        arrays = _layer_inputs([11, shape_index], SHAPES[shape_index], "per_head")
+        cut = tokens // 2
+        changed = arrays["x"].copy()
+        rng = np.random.default_rng([12, shape_index])
+        changed[:, cut + 1:] = rng.standard_normal((batch, tokens - cut - 1, dim)) * 3
+        config = {"embedding_dim": dim, "num_heads": heads, "cut": cut}
+        pair = [f"causal_s{shape_index}_original", f"causal_s{shape_index}_changed"]
+        cases += _both_dtypes(pair[0], "forward", config, arrays, pair)
+        cases += _both_dtypes(pair[1], "forward", config, {**arrays, "x": changed}, pair)
+    # State size after 1, 10 and 1000 steps.
+    arrays = _layer_inputs([13], (2, 1000, 16, 4), "per_head")
+    cases += _both_dtypes("state_growth", "state_growth",
+                          {"embedding_dim": 16, "num_heads": 4, "checkpoints": STATE_CHECKPOINTS}, arrays,
+                          ["state_growth"])
+    # Resuming from a state: one run in a single worker, the same run cut in two workers.
+    arrays = _layer_inputs([17], (2, RESUME_TOKENS, 12, 3), "per_head")
+    config = {"embedding_dim": 12, "num_heads": 3}
+    pair = ["resume_whole", "resume_split"]
+    cases += _both_dtypes(pair[0], "steps", config, arrays, pair)
+    cases += _both_dtypes(pair[1], "steps", {**config, "segments": RESUME_SEGMENTS}, arrays, pair)
+    rng = np.random.default_rng(19)
+    tokens = rng.integers(0, HYBRID["vocab_size"], (2, 20)).astype(np.float64)
+    cases += _both_dtypes("hybrid", "hybrid", HYBRID, {"tokens": tokens}, ["hybrid"])
+    return sorted(cases, key=lambda c: "only_if_failed" in c.config)   # fallbacks after what they stand in for

@@ -1,0 +1,462 @@
+"""The scaffold items: each judges one concern of the student's LinearAttention.
+
+How a mistake is charged once. First, for each form, the checks find which computation it
+does (``Evidence.variant``): the reference, or the reference with named mistakes (see
+``model.Variant``). Then each item compares that form's outputs with the variant it matched,
+with only the item's own concern put right. A form that forgot the normalizer is judged on
+its decay against the unnormalized computation, so it loses ``normalization`` and nothing else.
+A form that matches no named computation is judged against the reference itself.
+
+The recurrent form's decay is judged on the (S, z) that step returned after the first segment
+of each run (relayed between workers by the probe, so measured here): a readout mistake does
+not touch it, and S counts in either orientation.
+"""
+from __future__ import annotations
+
+import math
+from functools import cached_property
+from typing import Callable
+
+import numpy as np
+import torch
+
+from grader.checks import CheckContext, Verdict
+from grader.checks.compare import (RUN_FAILED, DtypeRule, Mismatch, compare, describe, scaled,
+                                   within)
+from grader.checks.linear_attention import cases as inputs
+from grader.checks.linear_attention.model import (EPS_CONVENTIONS, REFERENCE, Variant, attention, candidates,
+                                                  parameters, says, state_after)
+from grader.probe import CaseOutput, ProbeCase
+
+FORM_KIND = {"forward": "forward", "step": "steps"}
+UNUSED_STATE = "not judged, because step does not go on from the state it returned"
+
+
+class Evidence:
+    """Probe outputs with the inputs that produced them, and what they show about each form."""
+
+    def __init__(self, context: CheckContext, cases: list[ProbeCase]):
+        self.context = context
+        self.inputs = {c.name: c for c in cases}
+        tolerances = context.rubric.tolerances
+        self.rule = DtypeRule(tolerances.get("float64_abs", 1e-10), tolerances.get("float32_abs", 1e-4),
+                              self.twin)
+        self._memo: dict[tuple, object] = {}
+
+    # ------------------------------------------------------------------ raw outputs
+
+    def twin(self, name: str) -> str | None:
+        twin = inputs.twin_name(name) if name.endswith("_float64") else None
+        return twin if twin in self.inputs else None
+
+    def output(self, name: str) -> CaseOutput:
+        return self.context.probe.cases.get(name) or CaseOutput("not_run", "the probe did not run this case")
+
+    def ran(self, name: str) -> str:
+        """The float64 run if it ran, else its float32 twin if that ran (the dtype rule)."""
+        twin = self.twin(name)
+        if self.output(name).status != "ok" and twin and self.output(twin).status == "ok":
+            return twin
+        return name
+
+    def label(self, name: str) -> str:
+        case = self.inputs[name]
+        x = case.arrays.get("x")
+        shape = f"B={x.shape[0]}, T={x.shape[1]}, " if x is not None else ""
+        logits = case.arrays.get("gamma_logit")
+        decay = "" if logits is None else f", gamma per head {np.round(1 / (1 + np.exp(-logits)), 4).tolist()}"
+        return f"{shape}D={case.config.get('embedding_dim')}, H={case.config.get('num_heads')}{decay}, {case.config['dtype']}"
+
+    def first_segment(self, name: str) -> int:
+        """Tokens in the first worker of a ``steps`` run: step from a fresh state, nothing resumed."""
+        segments = self.inputs[name].config.get("segments")
+        return segments[0][1] if segments else self.inputs[name].arrays["x"].shape[1]
+
+    def y(self, name: str, tokens: int | None = None) -> np.ndarray | str:
+        """The output (B, T, D) of a forward or steps run (its first ``tokens`` only, which a
+        run that failed in a later segment may still have), or what is wrong with it."""
+        out = self.output(name)
+        got = out.arrays.get("y")
+        batch, length, dim = self.inputs[name].arrays["x"].shape
+        partial = out.status != "ok"
+        if partial and (tokens is None or got is None or got.ndim != 3 or got.shape[1] < tokens):
+            return f"{RUN_FAILED} (case {self.label(name)}): {out.error or out.status}"
+        if got is None:
+            return f"case {self.label(name)}: no output was produced"
+        if got.ndim != 3 or (got.shape[0], got.shape[2]) != (batch, dim) or (not partial and got.shape[1] != length):
+            return f"case {self.label(name)}: expected output shape {(batch, length, dim)}, got {tuple(got.shape)}"
+        return got if tokens is None else got[:, :tokens]
+
+    # ------------------------------------------------------------------ expected outputs
+
+    def _layer(self, name: str, tokens: int | None):
+        case = self.inputs[name]
+        x = torch.as_tensor(case.arrays["x"][:, :tokens], dtype=torch.float64)
+        return parameters(case.arrays), x, case.config["num_heads"]
+
+    def expected(self, name: str, variant: Variant, eps: str, tokens: int | None = None) -> np.ndarray:
+        key = ("y", name.rsplit("_", 1)[0], variant, eps, tokens)   # twins share their inputs
+        if key not in self._memo:
+            self._memo[key] = attention(*self._layer(name, tokens), variant, eps).numpy()
+        return self._memo[key]
+
+    def expected_state(self, name: str, variant: Variant, tokens: int) -> tuple[np.ndarray, np.ndarray]:
+        key = ("state", name.rsplit("_", 1)[0], variant, tokens)
+        if key not in self._memo:
+            self._memo[key] = state_after(*self._layer(name, tokens), variant)
+        return self._memo[key]
+
+    def output_mismatch(self, name: str, got: np.ndarray, variant: Variant,
+                        tokens: int | None) -> tuple[Mismatch | str, np.ndarray]:
+        """The closer of ``variant``'s outputs under the two EPS conventions."""
+        results = [(compare(got, e), e) for e in (self.expected(name, variant, eps, tokens) for eps in EPS_CONVENTIONS)]
+        return min(results, key=lambda r: r[0].max_abs if isinstance(r[0], Mismatch) else math.inf)
+
+    # ------------------------------------------------------------------ what each form computes
+
+    def variant(self, form: str) -> Variant | None:
+        return self.forward_variant if form == "forward" else self.step_variant
+
+    @cached_property
+    def forward_variant(self) -> Variant | None:
+        return self._identify("forward")
+
+    @cached_property
+    def step_variant(self) -> Variant | None:
+        return self._identify("step")
+
+    def _identify(self, form: str) -> Variant | None:
+        """The computation that ``form`` does on the identifying cases (step: in its first
+        worker), as the reference or a named variant; None when it matches none."""
+        names = inputs.names(FORM_KIND[form], ("per_head",), inputs.IDENTIFYING_SHAPES)
+        tokens = {n: (self.first_segment(n) if form == "step" else None) for n in names}
+        runs = {}
+        for name in names:
+            found = [(run, self.y(run, tokens[name])) for run in (name, self.twin(name)) if run]
+            runs[name] = [(run, got) for run, got in found if not isinstance(got, str)]
+            if not runs[name]:
+                return None
+
+        def distance(variant: Variant) -> float | None:
+            """How far the outputs are from ``variant``, in float32 tolerances (None: too far;
+            identifying needs no more precision than the loosest verdict)."""
+            worst = 0.0
+            for name in names:
+                best = math.inf
+                for run, got in runs[name]:
+                    result, expected = self.output_mismatch(run, got, variant, tokens[name])
+                    if isinstance(result, Mismatch):
+                        best = min(best, result.max_abs / scaled(self.rule.float32_tolerance, expected))
+                if best > 1.0:
+                    return None
+                worst = max(worst, best)
+            return worst
+
+        for group in ([REFERENCE], list(candidates(form, pairs=False)), list(candidates(form, pairs=True))):
+            matched = [(d, i) for i, d in enumerate(map(distance, group)) if d is not None]
+            if matched:
+                return group[min(matched)[1]]
+        return None
+
+    def diagnosis(self, form: str, concern: str | None) -> str:
+        variant = self.variant(form)
+        found = says(variant, form, concern) if variant is not None and concern else None
+        return f". Diagnosis: {found}" if found else ""
+
+    # ------------------------------------------------------------------ judging a family of cases
+
+    def outputs_item(self, form: str, names: list[str], variant: Variant, concern: str, what: str,
+                     first_segment: bool = False) -> Verdict:
+        """The form's outputs on ``names`` against ``variant``, by the dtype rule."""
+        def problem(run: str, tolerance: float) -> str | None:
+            tokens = self.first_segment(run) if first_segment else None
+            got = self.y(run, tokens)
+            if isinstance(got, str):
+                return got
+            result, expected = self.output_mismatch(run, got, variant, tokens)
+            if within(result, scaled(tolerance, expected)):
+                return None
+            return f"case {self.label(run)}: {describe(result)}{self.diagnosis(form, concern)}"
+        return self.rule.judge(names, problem, what)
+
+    def state_item(self, names: list[str], variant: Variant, concern: str | None, what: str) -> Verdict:
+        """The state step returned after its first segment on ``names`` against ``variant``'s."""
+        check_z = variant.normalizer != "missing"   # a step without a normalizer may keep no z
+
+        def problem(run: str, tolerance: float) -> str | None:
+            out = self.output(run)
+            if not out.states:   # a run that failed after its first segment still has that state
+                return f"{RUN_FAILED} (case {self.label(run)}): {out.error or 'step returned no state'}"
+            tokens = self.first_segment(run)
+            got = out.states[0]
+            if len(got) != 2:
+                return (f"case {self.label(run)}: step returned its state as {len(got)} arrays; "
+                        "expected the pair (S, z)")
+            S_expected, z_expected = self.expected_state(run, variant, tokens)
+            S = min((compare(got[0], e) for e in (S_expected, S_expected.swapaxes(-1, -2))),
+                    key=lambda r: r.max_abs if isinstance(r, Mismatch) else math.inf)
+            parts = [("S", S, S_expected)] + ([("z", compare(got[1], z_expected), z_expected)] if check_z else [])
+            for part, result, expected in parts:
+                if not within(result, scaled(tolerance, expected)):
+                    return (f"case {self.label(run)}, the state after {tokens} steps from a fresh start: "
+                            f"{part}: {describe(result)}{self.diagnosis('step', concern)}")
+            return None
+        return self.rule.judge(names, problem, what)
+
+    def real_state_problem(self) -> str | None:
+        """Whether step's first-segment state is the (S, z) of the tokens it was given, as the
+        computation it was found to do predicts (None: it is)."""
+        names = inputs.names("steps", ("per_head",), inputs.IDENTIFYING_SHAPES)
+        verdict = self.state_item(names, self.step_variant or REFERENCE, None, "the state step returned")
+        return None if verdict.status == "passed" else verdict.message
+
+
+# ----------------------------------------------------------------------------- the items
+
+def check_equivalence(ev: Evidence) -> Verdict:
+    """forward and a loop of step calls agree: the student's two forms against each other."""
+    def problem(run: str, tolerance: float) -> str | None:
+        steps_run = run.replace("forward_", "steps_", 1)
+        forward, step = ev.y(run), ev.y(steps_run)
+        for form, got in (("step", step), ("forward", forward)):
+            if isinstance(got, str):
+                return f"{form} {got}" if got.startswith(RUN_FAILED) else f"{form}, {got}"
+            if not np.all(np.isfinite(got)):
+                return f"case {ev.label(run)}: {form}'s output is not finite ({describe(compare(got, got))})"
+        result = compare(forward, step.astype(np.float64))
+        if within(result, scaled(tolerance, step)):
+            return None
+        return f"case {ev.label(run)}: {describe(result)}{_which_form(ev, ev.inputs[steps_run], step, forward, tolerance)}"
+    return ev.rule.judge(inputs.names("forward"), problem, "forward vs a loop of step calls")
+
+
+def _which_form(ev: Evidence, case: ProbeCase, step: np.ndarray, forward: np.ndarray, tolerance: float) -> str:
+    """Which form is wrong, when the checks can tell."""
+    starts = [start for start, _ in case.config.get("segments") or []][1:]
+    wrong = np.argwhere(np.abs(step.astype(np.float64) - forward) > scaled(tolerance, forward))
+    first = int(wrong[:, 1].min()) if wrong.size else None
+    if first in starts and ev.step_variant is not None:
+        return (f". Everything before token {first} agrees; token {first} is where the probe went on from the "
+                "state your step returned, in a fresh process on a fresh layer: step must compute from "
+                "(x_t, state) alone, not from history kept elsewhere")
+    forward_ok, step_ok = ev.forward_variant == REFERENCE, ev.step_variant == REFERENCE
+    if forward_ok == step_ok:
+        return ""
+    wrong_form = "step" if forward_ok else "forward"
+    found = says(ev.variant(wrong_form), wrong_form) if ev.variant(wrong_form) else None
+    return (f". forward {'matches' if forward_ok else 'does not match'} the reference and step "
+            f"{'matches' if step_ok else 'does not'}" + (f": {found}" if found else ""))
+
+
+def check_normalization(ev: Evidence) -> Verdict:
+    expected = (ev.forward_variant or REFERENCE).put_right("normalization")
+    return ev.outputs_item("forward", inputs.names("forward", ("none",)), expected, "normalization",
+                           "forward at gamma = 1 vs the normalized reference")
+
+
+def check_decay_parallel(ev: Evidence) -> Verdict:
+    expected = (ev.forward_variant or REFERENCE).put_right("decay")
+    return ev.outputs_item("forward", inputs.names("forward", ("mild", "strong")), expected, "decay",
+                           "forward with decay vs the reference")
+
+
+def check_decay_recurrent(ev: Evidence) -> Verdict:
+    expected = (ev.step_variant or REFERENCE).put_right("decay")
+    return ev.state_item(inputs.names("steps", ("mild", "strong")), expected, "decay",
+                         "the state step builds with decay vs the reference")
+
+
+def check_decay_per_head(ev: Evidence) -> Verdict:
+    """Each head its own decay, in every form that applies one (a form without any decay has
+    lost the decay items already)."""
+    judged = []
+    forward, step = ev.forward_variant, ev.step_variant
+    if forward is None or forward.applies_decay:
+        judged.append(ev.outputs_item("forward", inputs.names("forward", ("per_head",)),
+                                      (forward or REFERENCE).put_right("heads"), "heads",
+                                      "forward with a different decay per head"))
+    if step is None or step.applies_decay:
+        judged.append(ev.state_item(inputs.names("steps", ("per_head",)), (step or REFERENCE).put_right("heads"),
+                                    "heads", "the state step builds with a different decay per head"))
+    if not judged:
+        return Verdict("failed", "neither form applies a decay, so no per-head decay can be seen "
+                                 "(see decay_parallel and decay_recurrent)")
+    problem = _decay_property_problem(ev)
+    if problem:
+        judged.append(Verdict("failed", problem))
+    return _all_of(judged)
+
+
+def _decay_property_problem(ev: Evidence) -> str | None:
+    name = ev.ran(inputs.name("forward", 3, "per_head"))
+    decay = ev.output(name).arrays.get("decay")
+    expected = 1 / (1 + np.exp(-ev.inputs[name].arrays["gamma_logit"]))
+    if decay is None or decay.shape != expected.shape or np.abs(decay - expected).max() > ev.rule.float32_tolerance:
+        return f"decay should equal sigmoid(gamma_logit) = {np.round(expected, 6).tolist()}"
+    return None
+
+
+def _all_of(verdicts: list[Verdict]) -> Verdict:
+    failed = [v for v in verdicts if v.status != "passed"]
+    return Verdict("failed", failed[0].message) if failed else Verdict("passed", "; ".join(v.message for v in verdicts))
+
+
+def check_alignment(ev: Evidence) -> Verdict:
+    """A token's output includes its own key and value, in both forms. The step form counts
+    only with a state that is really the tokens' (S, z): any other way of computing the first
+    outputs proves nothing about the recurrence."""
+    forward, step = ev.forward_variant, ev.step_variant
+    if forward is not None:
+        forward_verdict = ev.outputs_item("forward", inputs.names("forward"), forward.put_right("alignment"),
+                                          "alignment", "forward includes token t in out_t")
+    else:
+        forward_verdict = _first_token_item(ev, "forward")
+    state_problem = ev.real_state_problem()
+    if state_problem:
+        step_verdict = Verdict("failed", "step: not judged, because the state step returned is not the (S, z) "
+                                         f"of the tokens it was given ({state_problem})")
+    elif step is not None:
+        step_verdict = ev.outputs_item("step", inputs.names("steps"), step.put_right("alignment"), "alignment",
+                                       "step includes token t in its output", first_segment=True)
+    else:
+        step_verdict = _first_token_item(ev, "step")
+    return _all_of([forward_verdict, step_verdict])
+
+
+def _first_token_item(ev: Evidence, form: str) -> Verdict:
+    """For a form that matches no named computation: its first output depends on token 0
+    alone and must be out_proj(c * v_0) with c > 0, whatever else the form does."""
+    def problem(run: str, tolerance: float) -> str | None:
+        got = ev.y(run)
+        if isinstance(got, str):
+            return got
+        case = ev.inputs[run]
+        arrays, heads = case.arrays, case.config["num_heads"]
+        if not np.all(np.isfinite(got[:, 0])):
+            return f"first token of case {ev.label(run)}: the output is not finite"
+        y0 = got[:, 0].astype(np.float64)
+        inside = np.linalg.solve(arrays["out_proj.weight"], (y0 - arrays["out_proj.bias"]).T).T
+        v0 = case.arrays["x"][:, 0] @ arrays["v_proj.weight"].T + arrays["v_proj.bias"]
+        batch = v0.shape[0]
+        u, v = inside.reshape(batch, heads, -1), v0.reshape(batch, heads, -1)
+        coefficient = (u * v).sum(-1) / (v * v).sum(-1)
+        residual = np.abs(u - coefficient[..., None] * v).max()
+        if residual > 1e-4 * (1 + np.abs(v).max()) or coefficient.min() <= 1e-3:
+            hint = (says(Variant(diagonal="hidden"), form) if np.abs(u).max() < 1e-6 * (1 + np.abs(v).max())
+                    else "the first token's output is not a multiple of its own value vector")
+            return f"first token of case {ev.label(run)}: {hint}"
+        return None
+    return ev.rule.judge(inputs.names(FORM_KIND[form]), problem, f"{form}'s first output is its own value")
+
+
+def check_causality(ev: Evidence) -> Verdict:
+    def problem(run: str, tolerance: float) -> str | None:
+        changed_run = run.replace("_original_", "_changed_")
+        original, changed = ev.y(run), ev.y(changed_run)
+        for got in (original, changed):
+            if isinstance(got, str):
+                return got
+        cut = ev.inputs[run].config["cut"]
+        before, after = original[:, : cut + 1].astype(np.float64), changed[:, : cut + 1].astype(np.float64)
+        diff = np.abs(before - after)
+        bound = scaled(tolerance, before)
+        if diff.max(initial=0.0) <= bound:
+            return None
+        b, t, c = (int(i) for i in np.argwhere(diff > bound)[0])
+        return (f"changing only tokens after position {cut} changed the output at position {t} (batch {b}, "
+                f"channel {c}) by {diff[b, t, c]:.3g}; the mask must be 0 where i > t (case {ev.label(run)})")
+    names = [f"causal_s{s}_original_float64" for s in inputs.CAUSAL_SHAPES]
+    return ev.rule.judge(names, problem, "outputs at or before t ignore every token after t")
+
+
+def check_state_resume(ev: Evidence) -> Verdict:
+    """A run cut in two workers, the second resuming from the state the first returned, must
+    match the student's own run in one worker: this item is about using (S, z), whatever the
+    step computes."""
+    cut = inputs.RESUME_SEGMENTS[0][1]
+
+    def problem(run: str, tolerance: float) -> str | None:
+        whole, split = ev.y(run), ev.y(run.replace("_whole_", "_split_"))
+        for got in (whole, split):
+            if isinstance(got, str):
+                return got
+        result = compare(split, whole.astype(np.float64))
+        if within(result, scaled(tolerance, whole)):
+            return None
+        if not isinstance(result, Mismatch) or not np.all(np.isfinite(whole)):
+            return describe(result if isinstance(result, str) else compare(whole, whole))
+        return (f"continuing from the state step returned after token {cut - 1}, in a fresh process on a "
+                f"fresh layer, differs from one uninterrupted run: {describe(result)}. step must compute "
+                "from the (S, z) it is given, not from history kept elsewhere")
+    verdict = ev.rule.judge(["resume_whole_float64"], problem, "resuming from a state")
+    if verdict.status == "passed":
+        return Verdict("passed", "step continues from the state it is given exactly as an uninterrupted run")
+    return verdict
+
+
+def check_state_fixed_size(ev: Evidence, resume: Verdict) -> Verdict:
+    """(S, z) keeps one size however many tokens arrive, and it is what step goes on from
+    (``resume``): a fixed-size state that step does not use proves nothing."""
+    name = ev.ran("state_growth_float64")
+    out = ev.output(name)
+    if out.status != "ok":
+        return Verdict("failed", f"1000 step calls: {out.error or out.status}")
+    config = ev.inputs[name].config
+    batch, heads = ev.inputs[name].arrays["x"].shape[0], config["num_heads"]
+    d = config["embedding_dim"] // heads
+    expected_shapes = [[batch, heads, d, d], [batch, heads, d]]
+    size = batch * (heads * d * d + heads * d)
+    checkpoints = out.info.get("checkpoints", {})
+    for step in map(str, inputs.STATE_CHECKPOINTS):
+        entry = checkpoints.get(step)
+        if not isinstance(entry, dict):
+            return Verdict("failed", f"no state was recorded after {step} steps")
+        if entry.get("shapes") != expected_shapes:
+            return Verdict("failed", f"after {step} steps the state is {entry.get('container')} of "
+                                     f"{entry.get('shapes')}; expected (S, z) shaped {expected_shapes}")
+        if entry.get("numel") != size:
+            return Verdict("failed", f"after {step} steps the state holds {entry.get('numel')} values; "
+                                     f"expected H*d_h^2 + H*d_h = {size} per batch of {batch}")
+    relayed = _relayed_state_problem(ev)
+    if relayed:
+        return Verdict("failed", relayed)
+    growth = [checkpoints[str(s)].get("retained_growth", 0) for s in inputs.STATE_CHECKPOINTS]
+    if len(set(growth)) > 1:
+        return Verdict("failed", f"the layer keeps more tensor data as tokens arrive ({growth[0]} values "
+                                 f"after 1 step, {growth[-1]} after 1000): step must not store the history; "
+                                 "everything it needs must live in the fixed-size (S, z)")
+    if resume.status != "passed":
+        return Verdict("failed", f"{UNUSED_STATE} ({resume.message})")
+    return Verdict("passed", f"(S, z) keeps {size} values after 1, 10 and 1000 steps")
+
+
+def _relayed_state_problem(ev: Evidence) -> str | None:
+    """The states the harness handed from one worker to the next, measured here (the sizes
+    above are reported from inside the student's process). The resume run must have handed
+    one on; every segmented run that ran must have handed on (S, z) of the right shapes."""
+    resume = ev.ran("resume_split_float64")
+    if ev.output(resume).status != "ok":
+        return f"resuming from a state: {ev.output(resume).error}"
+    for name in [resume] + [ev.ran(n) for n in inputs.names("steps")]:
+        out, case = ev.output(name), ev.inputs[name]
+        batch, heads = case.arrays["x"].shape[0], case.config["num_heads"]
+        d = case.config["embedding_dim"] // heads
+        expected = [[batch, heads, d, d], [batch, heads, d]]
+        for shapes in out.info.get("states", []) if out.status == "ok" else []:
+            if shapes != expected:
+                return (f"on case {ev.label(name)} step returned a state of arrays shaped {shapes}; "
+                        f"expected (S, z) shaped {expected}")
+    return None
+
+
+SCAFFOLD_CHECKS: dict[str, Callable[[Evidence], Verdict]] = {
+    "equivalence": check_equivalence,
+    "normalization": check_normalization,
+    "alignment": check_alignment,
+    "causality": check_causality,
+    "decay_parallel": check_decay_parallel,
+    "decay_recurrent": check_decay_recurrent,
+    "decay_per_head": check_decay_per_head,
+    "state_fixed_size": lambda ev: check_state_fixed_size(ev, check_state_resume(ev)),
+    "state_resume": check_state_resume,
+}

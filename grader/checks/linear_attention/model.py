@@ -1,0 +1,290 @@
+"""The computation students must write, and the named ways of getting it wrong.
+
+The reference is written here from the equations (torch in float64, none of the notebook's
+code): per head, with gamma_h = sigmoid(gamma_logit_h) and phi = elu + 1,
+
+    out_t = sum_{i<=t} gamma^(t-i) phi(q_t).phi(k_i) v_i / (sum_{i<=t} gamma^(t-i) phi(q_t).phi(k_i) + EPS)
+    S_t = gamma S_{t-1} + phi(k_t) v_t^T,   z_t = gamma z_{t-1} + phi(k_t).
+
+A ``Variant`` is that computation with some of its parts changed: each field is one concern
+of the rubric, and each non-default value is a mistake the module warns about (or one seen in
+student code). The checks find the variant a student's form computes (``identify``) and then
+judge each concern against that variant with only that concern put right, so one mistake
+costs the item of its own concern and no other (error carried forward).
+
+EPS is not a concern: ``+ EPS``, no EPS and ``clamp(min=EPS)`` are all correct, and the probe's
+inputs keep phi(q).z far above EPS, where the three agree to float64 precision except for
+``+ EPS``, whose outputs both conventions are compared with (``EPS_CONVENTIONS``).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, fields, replace
+from typing import Iterator
+
+import numpy as np
+import torch
+
+EPS = 1e-6
+EPS_CONVENTIONS = ("add", "none")   # out = num / (den + EPS), or num / den (= clamp(min=EPS) here)
+
+# Per-token decay factor as a function of gamma, by name.
+DECAY_FACTORS = {
+    "gamma": lambda g: g,
+    "none": torch.ones_like,
+    "squared": lambda g: g * g,
+    "one_minus": lambda g: 1 - g,
+}
+HEAD_ORDERS = {
+    "own": lambda g: g,
+    "flipped": lambda g: g.flip(0),
+    "rolled": lambda g: g.roll(1),
+    "first": lambda g: g[:1].expand_as(g),
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One computation of the layer; the defaults are the reference."""
+
+    normalizer: str = "divide"      # divide | missing | unmasked_row (denominator over the whole row)
+    features: str = "phi_qk"        # phi_qk | phi_q_only (k without phi) | phi_v_too
+    future: str = "hidden"          # hidden | visible (weights gamma^|t-i| for i > t too)
+    diagonal: str = "included"      # included | hidden (i < t, gamma^(t-i)) | read_before_write (gamma^(t-i-1))
+    decay_s: str = "gamma"          # the factor applied to S (the numerator): see DECAY_FACTORS
+    decay_z: str = "gamma"          # the factor applied to z (the denominator)
+    heads: str = "own"              # which head's decay each head uses: see HEAD_ORDERS
+    readout: str = "qS"             # qS | transposed (phi(q) contracted with S's value index)
+
+    def put_right(self, concern: str) -> Variant:
+        """This variant with the fields of ``concern`` set back to the reference."""
+        return replace(self, **{name: getattr(REFERENCE, name) for name in CONCERN_FIELDS[concern]})
+
+    def mistakes(self) -> list[tuple[str, str]]:
+        """(field, value) of every field that differs from the reference."""
+        return [(f.name, getattr(self, f.name)) for f in fields(self)
+                if getattr(self, f.name) != getattr(REFERENCE, f.name)]
+
+    def concern_of_mistakes(self) -> set[str]:
+        return {CONCERN_OF_FIELD[name] for name, _ in self.mistakes()}
+
+    @property
+    def applies_decay(self) -> bool:
+        return not (self.decay_s == "none" and self.decay_z == "none")
+
+
+REFERENCE = Variant()
+
+# Which rubric concern each field belongs to. ``readout`` only has the equivalence item.
+CONCERN_FIELDS = {
+    "normalization": ("normalizer", "features"),
+    "causality": ("future",),
+    "alignment": ("diagonal",),
+    "decay": ("decay_s", "decay_z"),
+    "heads": ("heads",),
+    "readout": ("readout",),
+}
+CONCERN_OF_FIELD = {name: concern for concern, names in CONCERN_FIELDS.items() for name in names}
+
+# The single mistakes, grouped by the fields they change (a group changes fields together).
+_SINGLE_MISTAKES: dict[str, list[dict[str, str]]] = {
+    "normalizer": [{"normalizer": "missing"}, {"normalizer": "unmasked_row"}],
+    "features": [{"features": "phi_q_only"}, {"features": "phi_v_too"}],
+    "future": [{"future": "visible"}],
+    "diagonal": [{"diagonal": "hidden"}, {"diagonal": "read_before_write"}],
+    "decay": [{"decay_s": d, "decay_z": d} for d in ("none", "squared", "one_minus")]
+    + [{"decay_z": "none"}, {"decay_s": "none"}],
+    "heads": [{"heads": h} for h in ("flipped", "rolled", "first")],
+    "readout": [{"readout": "transposed"}],
+}
+# What each form can get wrong: the recurrent form cannot see the future or sum a whole row,
+# and its readout is the only one that can be transposed.
+FORM_GROUPS = {
+    "forward": ("normalizer", "features", "future", "diagonal", "decay", "heads"),
+    "step": ("normalizer", "features", "diagonal", "decay", "heads", "readout"),
+}
+_NOT_IN_STEP = {("normalizer", "unmasked_row")}
+
+
+def candidates(form: str, pairs: bool) -> Iterator[Variant]:
+    """Every single mistake of ``form`` (or every pair of mistakes in different groups)."""
+    singles = [(group, change) for group in FORM_GROUPS[form] for change in _SINGLE_MISTAKES[group]
+               if form != "step" or not set(change.items()) & _NOT_IN_STEP]
+    if not pairs:
+        for _, change in singles:
+            yield replace(REFERENCE, **change)
+        return
+    for (group_a, a), (group_b, b) in itertools.combinations(singles, 2):
+        if group_a != group_b:
+            yield replace(REFERENCE, **a, **b)
+
+
+# ----------------------------------------------------------------------------- computing it
+
+def _tensor(arrays: dict[str, np.ndarray], name: str) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(arrays[name], dtype=np.float64))
+
+
+def _phi(a: torch.Tensor) -> torch.Tensor:
+    return torch.where(a > 0, a + 1.0, torch.exp(torch.clamp(a, max=0.0)))
+
+
+def _heads(a: torch.Tensor, heads: int) -> torch.Tensor:
+    """(B, T, D) -> (B, H, T, d_h)."""
+    batch, tokens, dim = a.shape
+    return a.reshape(batch, tokens, heads, dim // heads).transpose(1, 2)
+
+
+def _project(params: dict[str, torch.Tensor], x: torch.Tensor, proj: str) -> torch.Tensor:
+    return x @ params[f"{proj}.weight"].T + params[f"{proj}.bias"]
+
+
+def parameters(arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    """The layer's parameters from a probe case's arrays, as float64 tensors."""
+    names = [f"{p}.{w}" for p in ("q_proj", "k_proj", "v_proj", "out_proj") for w in ("weight", "bias")]
+    return {name: _tensor(arrays, name) for name in names + ["gamma_logit"]}
+
+
+def _qkv(params: dict[str, torch.Tensor], x: torch.Tensor, heads: int, variant: Variant):
+    q = _phi(_heads(_project(params, x, "q_proj"), heads))
+    k = _heads(_project(params, x, "k_proj"), heads)
+    v = _heads(_project(params, x, "v_proj"), heads)
+    k = k if variant.features == "phi_q_only" else _phi(k)
+    v = _phi(v) if variant.features == "phi_v_too" else v
+    return q, k, v
+
+
+def _decays(params: dict[str, torch.Tensor], variant: Variant) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-head factors applied to S and to z, shape (H,)."""
+    gamma = HEAD_ORDERS[variant.heads](torch.sigmoid(params["gamma_logit"]))
+    return DECAY_FACTORS[variant.decay_s](gamma), DECAY_FACTORS[variant.decay_z](gamma)
+
+
+def attention(params: dict[str, torch.Tensor], x: torch.Tensor, heads: int,
+              variant: Variant = REFERENCE, eps: str = "add") -> torch.Tensor:
+    """The parallel form of ``variant``: x (B, T, D) -> (B, T, D), in x's dtype (float64 here)."""
+    q, k, v = _qkv(params, x, heads, variant)
+    tokens = x.shape[1]
+    positions = torch.arange(tokens, dtype=x.dtype)
+    lag = positions[:, None] - positions[None, :]
+    visible = torch.ones_like(lag, dtype=torch.bool) if variant.future == "visible" else lag >= 0
+    if variant.diagonal != "included":
+        visible = visible & (lag != 0)
+    exponent = (lag.abs() - (1.0 if variant.diagonal == "read_before_write" else 0.0)).clamp(min=0)
+    factor_s, factor_z = _decays(params, variant)
+
+    def weights(factor: torch.Tensor) -> torch.Tensor:   # (H, T, T)
+        return torch.where(visible, factor[:, None, None] ** exponent, torch.zeros((), dtype=x.dtype))
+
+    scores = q @ k.transpose(-1, -2)                      # (B, H, T, T)
+    if variant.readout == "transposed":
+        numerator = ((q @ v.transpose(-1, -2)) * weights(factor_s)) @ k
+    else:
+        numerator = (scores * weights(factor_s)) @ v
+    if variant.normalizer == "missing":
+        out = numerator
+    else:
+        row = scores if variant.normalizer == "unmasked_row" else scores * weights(factor_z)
+        denominator = row.sum(-1, keepdim=True)
+        out = numerator / (denominator + EPS if eps == "add" else denominator)
+    batch, _, _, head_dim = out.shape
+    merged = out.transpose(1, 2).reshape(batch, tokens, heads * head_dim)
+    return _project(params, merged, "out_proj")
+
+
+def state_after(params: dict[str, torch.Tensor], x: torch.Tensor, heads: int,
+                variant: Variant = REFERENCE) -> tuple[np.ndarray, np.ndarray]:
+    """(S, z) after stepping through all of x from a zero state: S (B, H, d_k, d_v) = sum_i
+    f_s^(T-1-i) phi(k_i) v_i^T and z (B, H, d_k) = sum_i f_z^(T-1-i) phi(k_i)."""
+    _, k, v = _qkv(params, x, heads, variant)
+    tokens = x.shape[1]
+    age = (tokens - 1 - torch.arange(tokens, dtype=x.dtype))          # (T,)
+    factor_s, factor_z = _decays(params, variant)
+    S = torch.einsum("bhtd,bhte,ht->bhde", k, v, factor_s[:, None] ** age)
+    z = torch.einsum("bhtd,ht->bhd", k, factor_z[:, None] ** age)
+    return S.numpy(), z.numpy()
+
+
+def recurrence(params: dict[str, torch.Tensor], x: torch.Tensor, heads: int) -> torch.Tensor:
+    """The reference recurrence itself, token by token: the cross-check of ``attention``."""
+    q, k, v = _qkv(params, x, heads, REFERENCE)
+    gamma = torch.sigmoid(params["gamma_logit"])[None, :, None]
+    batch, _, tokens, head_dim = q.shape
+    S = torch.zeros(batch, heads, head_dim, head_dim, dtype=x.dtype)
+    z = torch.zeros(batch, heads, head_dim, dtype=x.dtype)
+    out = torch.zeros_like(q)
+    for t in range(tokens):
+        S = gamma[..., None] * S + k[:, :, t, :, None] * v[:, :, t, None, :]
+        z = gamma * z + k[:, :, t]
+        out[:, :, t] = (torch.einsum("bhd,bhde->bhe", q[:, :, t], S)
+                        / ((q[:, :, t] * z).sum(-1, keepdim=True) + EPS))
+    return _project(params, out.transpose(1, 2).reshape(batch, tokens, heads * head_dim), "out_proj")
+
+
+# ----------------------------------------------------------------------------- naming it
+
+# What each mistake is, in the student's terms, per form.
+_SAYS = {
+    ("normalizer", "missing"): {
+        "forward": "forward returns the unnormalized sum: the normalizer is missing (divide each row by "
+                   "its sum of decayed weights + EPS)",
+        "step": "step returns phi(q).S without dividing by phi(q).z + EPS: the normalizer is missing"},
+    ("normalizer", "unmasked_row"): {
+        "forward": "forward's denominator sums the scores of the whole row: it must use the same decayed, "
+                   "causal weights as the numerator"},
+    ("features", "phi_q_only"): "{form} applies the feature map to q but not to k: both q and k go through "
+                                "phi = elu + 1",
+    ("features", "phi_v_too"): "{form} applies the feature map to v as well: only q and k go through phi",
+    ("future", "visible"): "tokens after position t contribute: forward's mask must be 0 where i > t",
+    ("diagonal", "hidden"): {
+        "forward": "forward's mask hides the diagonal: token t must attend to itself (i <= t, with "
+                   "weight gamma^0 = 1)",
+        "step": "step's output leaves out the current token: add phi(k_t) v_t^T and phi(k_t) to the "
+                "state before reading out"},
+    ("diagonal", "read_before_write"): {
+        "forward": "forward's mask hides the diagonal: token t must attend to itself (i <= t, with "
+                   "weight gamma^0 = 1)",
+        "step": "step reads the state before the current token is added (update S and z first, "
+                "then read out)"},
+    ("decay", "none"): {
+        "forward": "forward ignores gamma: weight position i by gamma^(t-i)",
+        "step": "step ignores gamma: decay S and z by gamma before adding the new token"},
+    ("decay", "squared"): "{form} applies gamma twice per token (gamma^2): one token of distance is one "
+                          "factor gamma",
+    ("decay", "one_minus"): "{form} uses 1 - gamma as the decay: gamma = sigmoid(gamma_logit) is the "
+                            "fraction of the state kept per token",
+    ("decay", "z_only"): {
+        "forward": "forward decays the denominator but not the numerator: both use gamma^(t-i)",
+        "step": "z is decayed but S is not: decay the state S too"},
+    ("decay", "s_only"): {
+        "forward": "forward decays the numerator but not the denominator: both use gamma^(t-i)",
+        "step": "S is decayed but z is not: decay the normalizer z too"},
+    ("heads", "flipped"): "each head uses another head's decay (heads are mixed up): head h must use gamma_h",
+    ("heads", "rolled"): "each head uses another head's decay (heads are mixed up): head h must use gamma_h",
+    ("heads", "first"): "every head uses head 0's decay: head h must use its own gamma_h",
+    ("readout", "transposed"): "step reads the state out transposed: with S = phi(k) v^T the output is "
+                               "phi(q)^T S, contracting q with S's key index",
+}
+
+
+def _decay_mistake(variant: Variant) -> str | None:
+    s, z = variant.decay_s, variant.decay_z
+    if s == z:
+        return None if s == "gamma" else s
+    return "s_only" if z == "none" and s == "gamma" else "z_only" if s == "none" and z == "gamma" else f"{s}/{z}"
+
+
+def says(variant: Variant, form: str, concern: str | None = None) -> str | None:
+    """What ``variant``'s mistakes are (those of ``concern`` only, if given), for a student."""
+    mistakes = [(name, value) for name, value in variant.mistakes() if name not in ("decay_s", "decay_z")]
+    decay = _decay_mistake(variant)
+    mistakes += [("decay", decay)] if decay else []
+    found = []
+    for group, value in mistakes:
+        if concern is not None and CONCERN_OF_FIELD.get(group, "decay") != concern:
+            continue
+        text = _SAYS.get((group, value), f"{form} gets the decay wrong ({value})" if group == "decay" else None)
+        text = text.get(form) if isinstance(text, dict) else text
+        if text:
+            found.append(text.format(form=form))
+    return "; ".join(found) or None

@@ -1,0 +1,45 @@
+# Correct variant (ones column): v is extended with a column of ones, so one matmul gives the
+# numerator (first d_h columns) and the denominator (last column) together. step does the
+# same with an extended (d_h, d_h + 1) state [S | z] but still returns S and z separately.
+# dtype-agnostic.
+class LinearAttention(Module):
+
+    def forward(self, x):
+        """Parallel reference. x: (B, T, D) -> (B, T, D).
+
+        Build phi(q), phi(k) and v per head, the (T, T) score matrix phi(q) phi(k)^T, and a
+        decay mask holding gamma_h^(t-i) where i <= t and 0 above the diagonal. A token
+        attends to itself (i = t has weight gamma^0 = 1). Normalize each row by its sum + EPS.
+        """
+        T = x.shape[1]
+        q = feature_map(self._split_heads(self.q_proj(x)))
+        k = feature_map(self._split_heads(self.k_proj(x)))
+        v = self._split_heads(self.v_proj(x))
+        v1 = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)          # (B, H, T, d + 1)
+        positions = torch.arange(T, device=x.device)
+        lag = positions[:, None] - positions[None, :]
+        gamma = self.decay.to(x.dtype).view(1, self.num_heads, 1, 1)
+        mask = torch.where(lag >= 0, gamma ** lag.clamp(min=0), torch.zeros((), dtype=x.dtype))
+        both = ((q @ k.transpose(-1, -2)) * mask) @ v1                    # [numerator | denominator]
+        out = both[..., :-1] / (both[..., -1:] + EPS)
+        return self.out_proj(self._merge_heads(out))
+
+    def step(self, x_t, state=None):
+        """Recurrent form. x_t: (B, D); state: (S, z) or None for a fresh sequence.
+
+        Decay S and z by gamma_h, add phi(k_t) v_t^T and phi(k_t), then read out
+        phi(q_t).S_t / (phi(q_t).z_t + EPS). Returns (y_t of shape (B, D), (S, z)).
+        """
+        B = x_t.shape[0]
+        S, z = self.init_state(B, device=x_t.device) if state is None else state
+        H, d = self.num_heads, self.head_dim
+        q = feature_map(self.q_proj(x_t).view(B, H, d))
+        k = feature_map(self.k_proj(x_t).view(B, H, d))
+        v = self.v_proj(x_t).view(B, H, d)
+        v1 = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)          # (B, H, d + 1)
+        Sz = torch.cat([S, z[..., None]], dim=-1)                         # (B, H, d, d + 1)
+        gamma = self.decay.to(x_t.dtype).view(1, H, 1, 1)
+        Sz = gamma * Sz + k[..., :, None] * v1[..., None, :]
+        both = (q[..., None, :] @ Sz)[..., 0, :]                          # (B, H, d + 1)
+        out = both[..., :-1] / (both[..., -1:] + EPS)
+        return self.out_proj(out.reshape(B, self.embedding_dim)), (Sz[..., :-1], Sz[..., -1])
