@@ -8,7 +8,8 @@ from pathlib import Path
 
 import nbformat
 
-from grader.rubric import Rubric, load_rubric
+from grader import cells
+from grader.rubric import Rubric, check_questions, load_rubric
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,7 +33,19 @@ class Assignment:
 
     @cached_property
     def rubric(self) -> Rubric:
-        return load_rubric(self.rubric_path)
+        rubric = load_rubric(self.rubric_path)
+        check_questions(rubric, set(self.reference_answers), self.rubric_path)
+        return rubric
+
+    @cached_property
+    def reference_answers(self) -> dict[str, cells.WrittenAnswer]:
+        """The master notebook's own answers, by question id: the written rubric's reference."""
+        found = {}
+        for cell in self.master.cells:
+            qid, parsed = cells.question_id(cell), cells.parse_written_answer(cell)
+            if qid and parsed:
+                found[qid] = parsed
+        return found
 
     @cached_property
     def master(self) -> nbformat.NotebookNode:

@@ -1,4 +1,4 @@
-"""The ``grader`` command line: assign, grade, report, validate.
+"""The ``grader`` command line: assign, grade, report, validate, calibrate.
 
 Exit status: 0 when the command did its job (whatever the scores), 1 when ``validate``
 finds the solution or template graded wrongly, 2 when the grader itself could not run.
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from grader import assign
@@ -18,6 +19,8 @@ from grader.rubric import Limits, Rubric, RubricError
 from grader.sandbox import Limits as SandboxLimits
 from grader.sandbox import Sandbox, SandboxUnavailable, check_bubblewrap
 from grader.validate import validate
+from grader.written import grade_written
+from grader.written.calibrate import calibrate, load_samples, report_table
 
 
 class CommandError(Exception):
@@ -77,6 +80,13 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     print(f"grading {len(submissions)} submissions of {assignment.name} into {out_dir} "
           f"with {args.workers} workers", file=sys.stderr)
     outcome = grade_batch(submissions, assignment, sandbox, rubric, out_dir, args.workers)
+    if args.llm != "off":
+        overrides = {"model": args.llm_model, "max_tokens": args.llm_max_tokens, "concurrency": args.llm_concurrency,
+                     "max_retries": args.llm_retries}
+        llm = replace(rubric.llm, **{k: v for k, v in overrides.items() if v is not None})
+        written = grade_written(out_dir, outcome.results, assignment, replace(rubric, llm=llm), args.llm,
+                                args.llm_budget)
+        print(written.note, file=sys.stderr)
     apply_overrides(outcome.results, out_dir)
     write_gradebook(out_dir, outcome.results)
     print(summary_table(outcome.results))
@@ -97,6 +107,18 @@ def _cmd_report(args: argparse.Namespace) -> int:
         print(f"override: {line}")
     write_gradebook(out_dir, results)
     print(summary_table(results))
+    return 0
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    assignment, rubric = _assignment(args)
+    path = Path(args.samples) if args.samples else assignment.root / "rubrics" / f"{assignment.name}_calibration.yaml"
+    try:
+        samples = load_samples(path, assignment)
+        report = calibrate(assignment, rubric, samples, Path(args.out), args.llm)
+    except RubricError as exc:
+        raise CommandError(str(exc)) from exc
+    print(report_table(report))
     return 0
 
 
@@ -136,14 +158,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="+", metavar="PATH")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--workers", type=int, default=default_workers(), help="parallel submissions")
-    p.add_argument("--llm", choices=("off", "live", "batch"), default="off",
-                   help="written answers: 'off' marks them pending_review (LLM grading is not built yet)")
+    llm = p.add_argument_group("written answers (LLM grading; needs ANTHROPIC_API_KEY)")
+    llm.add_argument("--llm", choices=("off", "live", "batch"), default="off",
+                     help="off: pending_review; live: one request per answer; batch: one Message Batch "
+                          "(half price, resumable)")
+    llm.add_argument("--llm-budget", type=float, metavar="USD", help="stop sending once the estimate would pass this")
+    llm.add_argument("--llm-model", help="default: the rubric's written.model")
+    llm.add_argument("--llm-max-tokens", type=int, help="default: the rubric's written.max_tokens")
+    llm.add_argument("--llm-concurrency", type=int, help="live requests in flight (default: the rubric's)")
+    llm.add_argument("--llm-retries", type=int, help="retries per request (default: the rubric's)")
     _add_grading_options(p)
     p.set_defaults(run=_cmd_grade)
 
     p = commands.add_parser("report", help="re-render the gradebook after TA overrides")
     p.add_argument("dir", help="the output folder of a grade run")
     p.set_defaults(run=_cmd_report)
+
+    p = commands.add_parser("calibrate", help="agreement of the LLM's drafts with TA-scored sample answers")
+    p.add_argument("--samples", help="default: rubrics/<assignment>_calibration.yaml")
+    p.add_argument("--out", default="out/calibration", help="where the samples' drafts (and cache) go")
+    p.add_argument("--llm", choices=("live", "batch"), default="live")
+    _add_grading_options(p)
+    p.set_defaults(run=_cmd_calibrate)
 
     p = commands.add_parser("validate", help="the solution earns every point, the template the baseline")
     _add_grading_options(p)
@@ -153,9 +189,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if getattr(args, "llm", "off") != "off":
-        print(f"grader: --llm {args.llm} is not available yet; written answers stay pending_review",
-              file=sys.stderr)
     try:
         return args.run(args)
     except CommandError as exc:

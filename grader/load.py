@@ -33,6 +33,7 @@ class Submission:
     scaffold_source: str | None = None    # the cell that defines the scaffold class
     scaffold_problem: str | None = None   # why the scaffold cannot be graded
     answers: dict[str, cells.WrittenAnswer] = field(default_factory=dict)
+    unchanged: set[str] = field(default_factory=set)   # answers still as the template has them
 
 
 def load_submission(path: Path, submission_id: str, template: nbformat.NotebookNode,
@@ -144,12 +145,13 @@ def _find_scaffold(sub: Submission) -> None:
 
 def _find_answers(sub: Submission, template: nbformat.NotebookNode) -> None:
     """Written answers by question id (cell metadata), falling back to the question text."""
-    by_text = {}
+    by_text, template_answers = {}, {}
     for cell in template.cells:
         qid = cells.question_id(cell)
         parsed = cells.parse_written_answer(cell)
         if qid and parsed:
             by_text[parsed.question] = qid
+            template_answers[qid] = parsed.answer.strip()
     for cell in sub.notebook.cells:
         parsed = cells.parse_written_answer(cell)
         if parsed is None:
@@ -157,3 +159,5 @@ def _find_answers(sub: Submission, template: nbformat.NotebookNode) -> None:
         qid = cells.question_id(cell) or by_text.get(parsed.question)
         if qid is not None:
             sub.answers[qid] = parsed  # a later copy of the same question wins
+    sub.unchanged = {qid for qid, parsed in sub.answers.items()
+                     if not parsed.is_blank and parsed.answer.strip() == template_answers.get(qid)}

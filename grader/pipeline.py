@@ -20,6 +20,7 @@ from grader.probe import GraftError, ProbeResult, run_probe, submission_module_s
 from grader.rubric import Rubric
 from grader.sandbox import Sandbox
 from grader.score import GradeResult, score_items
+from grader.written import WRITTEN_INPUTS, inputs_artifact
 
 
 EXECUTED_NOTEBOOK = "executed.ipynb"   # the graded run with its outputs, for TAs
@@ -66,6 +67,8 @@ class SubmissionGrader:
         if submission.fatal:
             notes.insert(0, f"This notebook could not be graded: {submission.fatal}")
         artifacts = {EXECUTED_NOTEBOOK: execution.executed_notebook} if execution and execution.executed_notebook else {}
+        if submission.notebook is not None:
+            artifacts[WRITTEN_INPUTS] = inputs_artifact(self.rubric, submission, context.answers)
         crashed = {name: v.internal for name, v in verdicts.items() if v.internal}
         if crashed:
             # The tracebacks show hidden check code: a file beside results.json, never in it.

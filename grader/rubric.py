@@ -34,8 +34,10 @@ class Item:
 
 @dataclass(frozen=True)
 class Criterion:
+    id: str
     points: float
-    text: str
+    earns: str          # what earns the points
+    misses: str = ""    # what does not
 
 
 @dataclass(frozen=True)
@@ -43,10 +45,36 @@ class Question:
     id: str
     points: float
     criteria: tuple[Criterion, ...]
+    misconceptions: tuple[str, ...] = ()
+    grounding: tuple[str, ...] = ()     # answer variables whose values the question is about
 
     @property
     def item_name(self) -> str:
         return f"written_{self.id}"
+
+
+@dataclass(frozen=True)
+class Prices:
+    """USD per million tokens (the provider's list prices for the default model)."""
+
+    input: float = 3.0
+    output: float = 15.0
+    cache_write: float = 3.75
+    cache_read: float = 0.30
+    batch_discount: float = 0.5
+
+
+@dataclass(frozen=True)
+class LLMSettings:
+    """How written answers are graded; the CLI may override model, tokens and concurrency."""
+
+    model: str = "claude-sonnet-4-5"
+    max_tokens: int = 1500
+    concurrency: int = 4
+    max_retries: int = 4
+    timeout_s: float = 120
+    visibility: str = "after_published"
+    prices: Prices = field(default_factory=Prices)
 
 
 @dataclass(frozen=True)
@@ -75,7 +103,7 @@ class Rubric:
     tolerances: dict[str, float]
     answer_variables: tuple[str, ...]
     settings: dict[str, Any] = field(default_factory=dict)
-    model: str = "claude-sonnet-4-5"
+    llm: LLMSettings = field(default_factory=LLMSettings)
     source_sha256: str = ""
 
     def item(self, name: str) -> Item:
@@ -108,13 +136,11 @@ def load_rubric(path: Path) -> Rubric:
     if len(set(names)) != len(names):
         raise RubricError(f"{path}: duplicate item names")
     written = raw.get("written") or {}
-    questions = tuple(
-        Question(str(q["id"]), float(q["points"]),
-                 tuple(Criterion(float(c["points"]), str(c["text"])) for c in q.get("criteria", [])))
-        for q in written.get("questions", []))
-    for q in questions:
-        if abs(sum(c.points for c in q.criteria) - q.points) > 1e-9:
-            raise RubricError(f"{path}: question {q.id}: criteria points do not add up to {q.points}")
+    questions = tuple(_question(entry, path, set(raw.get("answer_variables") or ()))
+                      for entry in written.get("questions", []))
+    ids = [q.id for q in questions]
+    if len(set(ids)) != len(ids):
+        raise RubricError(f"{path}: duplicate written question ids")
     known = {f.name for f in Limits.__dataclass_fields__.values()}
     limits_raw = raw.get("limits") or {}
     unknown = set(limits_raw) - known
@@ -130,7 +156,7 @@ def load_rubric(path: Path) -> Rubric:
         tolerances={k: float(v) for k, v in (raw.get("tolerances") or {}).items()},
         answer_variables=tuple(raw.get("answer_variables") or ()),
         settings={k: v for k, v in raw.items() if k not in reserved},
-        model=str(written.get("model", Rubric.model)),
+        llm=_llm_settings(written, path),
         source_sha256=hashlib.sha256(raw_text).hexdigest(),
     )
 
@@ -149,3 +175,47 @@ def _item(entry: dict[str, Any], path: Path) -> Item:
     if item.visibility not in VISIBILITIES:
         raise RubricError(f"{path}: item {item.name}: unknown visibility {item.visibility!r}")
     return item
+
+
+def _question(entry: dict[str, Any], path: Path, answer_variables: set[str]) -> Question:
+    """One written question, checked: unique criterion ids, points that add up, known grounding."""
+    try:
+        criteria = tuple(Criterion(str(c["id"]), float(c["points"]), str(c["earns"]), str(c.get("misses", "")))
+                         for c in entry.get("criteria", []))
+        question = Question(str(entry["id"]), float(entry["points"]), criteria,
+                            tuple(map(str, entry.get("misconceptions", []))),
+                            tuple(map(str, entry.get("grounding", []))))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RubricError(f"{path}: written question {entry!r}: missing or bad {exc}") from exc
+    where = f"{path}: written question {question.id}"
+    ids = [c.id for c in criteria]
+    if not criteria or len(set(ids)) != len(ids):
+        raise RubricError(f"{where}: criteria need unique ids (got {ids})")
+    if any(c.points <= 0 for c in criteria) or abs(sum(c.points for c in criteria) - question.points) > 1e-9:
+        raise RubricError(f"{where}: criteria points {[c.points for c in criteria]} do not add up to "
+                          f"{question.points:g}")
+    unknown = set(question.grounding) - answer_variables
+    if unknown:
+        raise RubricError(f"{where}: grounding names {sorted(unknown)}, which are not answer_variables")
+    return question
+
+
+def _llm_settings(written: dict[str, Any], path: Path) -> LLMSettings:
+    known = {f for f in LLMSettings.__dataclass_fields__} - {"prices"}
+    given = {k: v for k, v in written.items() if k in known}
+    try:
+        prices = Prices(**{k: float(v) for k, v in (written.get("prices_per_mtok") or {}).items()})
+        settings = LLMSettings(**given, prices=prices)
+    except (TypeError, ValueError) as exc:
+        raise RubricError(f"{path}: written settings: {exc}") from exc
+    if settings.visibility not in VISIBILITIES:
+        raise RubricError(f"{path}: written visibility {settings.visibility!r} is not one of {sorted(VISIBILITIES)}")
+    return settings
+
+
+def check_questions(rubric: Rubric, master_questions: set[str], path: Path) -> None:
+    """Every Question cell of the master notebook has a rubric entry, and every entry a cell."""
+    entries = {q.id for q in rubric.questions}
+    if entries != master_questions:
+        raise RubricError(f"{path}: written questions without a rubric entry: {sorted(master_questions - entries)}; "
+                          f"rubric entries without a Question cell in the master: {sorted(entries - master_questions)}")

@@ -9,6 +9,7 @@ from grader.load import Submission
 from grader.rubric import Rubric
 
 STATUSES = ("passed", "failed", "error", "pending_review")
+PENDING = "awaiting review of the written answer"
 
 
 @dataclass
@@ -74,12 +75,12 @@ def score_items(rubric: Rubric, verdicts: dict[str, Verdict], submission: Submis
             status, output = "error", f"not graded: {submission.fatal}"
         elif answer is None:
             status, output = "failed", "the Question/Answer cell for this question was not found"
-        elif answer.is_blank:
-            status, output = "failed", "not submitted (the answer is blank)"
+        elif answer.is_blank or question.id in submission.unchanged:
+            status, output = "failed", "not submitted (the answer is blank, or unchanged from the template)"
         else:
-            status, output = "pending_review", "awaiting review of the written answer"
+            status, output = "pending_review", PENDING
         results.append(ItemResult(question.item_name, f"Written: {question.id}", 0.0, question.points,
-                                  status, output, ["written"]))
+                                  status, output, ["written"], rubric.llm.visibility))
     return results
 
 

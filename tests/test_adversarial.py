@@ -34,7 +34,10 @@ from conftest import ROOT
 from grader.assignment import Assignment
 from grader.batch import BatchOutcome, discover, grade_batch
 from grader.cli import make_sandbox
+from grader.pipeline import EXECUTED_NOTEBOOK, GRADER_ERRORS
+from grader.report import RESULTS_FILE
 from grader.sandbox import SANDBOX_UID_BASE, SANDBOX_UID_SLOTS
+from grader.written import WRITTEN_INPUTS
 
 LIMITS = {"cell_timeout_s": 12, "notebook_timeout_s": 60, "probe_case_timeout_s": 10, "memory_gib": 2,
           "disk_mib": 256}
@@ -47,7 +50,8 @@ CHEATS = ("forge_probe_outputs", "patch_harness_toplevel", "patch_harness_in_for
 STEP_ITEMS = ("equivalence", "alignment", "decay_recurrent", "decay_per_head", "state_fixed_size",
               "state_resume")
 FORWARD_ITEMS = ("scaffold_present", "normalization", "causality", "decay_parallel", "hybrid_lm")
-OWN_FILES = {"results.json", "executed.ipynb"}
+# What the grader itself writes beside each results.json.
+OWN_FILES = {RESULTS_FILE, EXECUTED_NOTEBOOK, WRITTEN_INPUTS, GRADER_ERRORS}
 
 
 # ----------------------------------------------------------------------------- fixtures
@@ -137,9 +141,9 @@ def _secret_markers(assignment: Assignment, honest_canary: str) -> dict[str, str
     checks_source = (ROOT / "grader" / "checks" / "linear_attention" / "cases.py").read_text()
     rubric_source = assignment.rubric_path.read_text()
     markers = {"IDENTIFYING_SHAPES": "the hidden checks", answer[:60]: "the reference notebook",
-               "Reports the measured crossover honestly": "the rubric's criteria",
+               "Reports the crossover the notebook measured": "the rubric's criteria",
                honest_canary: "another submission"}
-    assert "IDENTIFYING_SHAPES" in checks_source and "Reports the measured crossover honestly" in rubric_source
+    assert "IDENTIFYING_SHAPES" in checks_source and "Reports the crossover the notebook measured" in rubric_source
     return markers
 
 

@@ -193,20 +193,25 @@ def test_probe_inputs_keep_eps_negligible(assignment):
 SANDBOXED = ("mutant_step_caches_history", "correct_float_cast", "mutant_empty_output")
 
 
-def _grade_sandboxed(assignment, sandbox, name: str) -> dict[str, Verdict]:
-    source, _ = submission_module_source(assignment.master, scaffold_cell(
-        assignment.master, (SCAFFOLDS / f"{name}.py").read_text()), checks.CLASS_NAME, checks.STUDENT_METHODS)
+def _probe_sandboxed(assignment, sandbox, source: str):
     with tempfile.TemporaryDirectory() as scratch:
-        probe = run_probe(source, checks.probe_cases(assignment.rubric), sandbox, Path(scratch),
-                          assignment.rubric.limits.probe_case_timeout_s)
-    verdicts = checks.evaluate(_context(assignment, probe))
-    return {item: verdicts[item] for item in checks.SCAFFOLD_ITEMS}
+        return run_probe(source, checks.probe_cases(assignment.rubric), sandbox, Path(scratch),
+                         assignment.rubric.limits.probe_case_timeout_s)
 
 
 @pytest.fixture(scope="module")
 def sandboxed(assignment, sandbox) -> dict[str, dict[str, Verdict]]:
+    # Only the sandboxed runs go in threads: CPython 3.11's parser and compiler are not
+    # thread-safe ("AST constructor recursion depth mismatch").
+    sources = [submission_module_source(assignment.master, scaffold_cell(assignment.master, (
+        SCAFFOLDS / f"{name}.py").read_text()), checks.CLASS_NAME, checks.STUDENT_METHODS)[0] for name in SANDBOXED]
     with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(zip(SANDBOXED, pool.map(lambda n: _grade_sandboxed(assignment, sandbox, n), SANDBOXED)))
+        probes = list(pool.map(lambda s: _probe_sandboxed(assignment, sandbox, s), sources))
+    graded = {}
+    for name, probe in zip(SANDBOXED, probes):
+        verdicts = checks.evaluate(_context(assignment, probe))
+        graded[name] = {item: verdicts[item] for item in checks.SCAFFOLD_ITEMS}
+    return graded
 
 
 @pytest.mark.parametrize("name", SANDBOXED)
