@@ -5,4 +5,4 @@ The package is laid out as the pipeline: ``load`` -> ``execute`` -> ``probe`` ->
 ``sandbox`` isolates student code and ``cli`` ties it together.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

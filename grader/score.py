@@ -45,19 +45,23 @@ class GradeResult:
         return round(sum(i.max_score for i in self.items), 4)
 
     def to_json(self) -> dict[str, Any]:
-        """Gradescope's autograder schema plus the contract's extra fields."""
+        """Gradescope's autograder schema (a test's ``status`` is only passed or failed there,
+        so the grader's own state and the stable item id go in its ``extra_data``), plus the
+        contract's fields at the top level, also copied into the top-level ``extra_data``."""
+        contract = {"submission_id": self.submission_id, "assignment": self.assignment,
+                    "grader_version": self.grader_version, "submission_sha256": self.submission_sha256,
+                    "cache_key": self.cache_key}
         return {
             "score": self.score,
             "output": "\n".join(self.notes) if self.notes else "Graded.",
+            "output_format": "text",
             "execution_time": round(self.execution_time, 2),
-            "tests": [{"name": i.name, "score": i.score, "max_score": i.max_score,
-                       "output": f"{i.title}\n{i.output}", "visibility": i.visibility,
-                       "tags": i.tags, "status": i.status} for i in self.items],
-            "submission_id": self.submission_id,
-            "assignment": self.assignment,
-            "grader_version": self.grader_version,
-            "submission_sha256": self.submission_sha256,
-            "cache_key": self.cache_key,
+            "tests": [{"name": i.title, "score": i.score, "max_score": i.max_score,
+                       "status": "passed" if i.status == "passed" else "failed",
+                       "output": i.output, "output_format": "text", "visibility": i.visibility,
+                       "tags": i.tags, "extra_data": {"id": i.name, "state": i.status}} for i in self.items],
+            **contract,
+            "extra_data": contract,
         }
 
 
@@ -88,13 +92,12 @@ def result_from_json(data: dict[str, Any]) -> GradeResult:
     """Read back a results.json written by ``GradeResult.to_json``."""
     items = []
     for test in data.get("tests", []):
-        title, _, output = str(test.get("output", "")).partition("\n")
-        items.append(ItemResult(test["name"], title, float(test["score"]), float(test["max_score"]),
-                                test.get("status", "failed"), output, list(test.get("tags", [])),
+        extra = test.get("extra_data") or {}
+        items.append(ItemResult(extra["id"], str(test.get("name", "")), float(test["score"]),
+                                float(test["max_score"]), extra.get("state", test.get("status", "failed")),
+                                str(test.get("output", "")), list(test.get("tags", [])),
                                 test.get("visibility", "visible")))
     notes = [] if data.get("output") == "Graded." else str(data.get("output", "")).splitlines()
     return GradeResult(data["submission_id"], data["assignment"], data["grader_version"],
                        data["submission_sha256"], items, notes, float(data.get("execution_time", 0)),
                        data.get("cache_key", ""))
-
-

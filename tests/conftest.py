@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import ast
 import copy
+import json
 from pathlib import Path
+
+import jsonschema
 
 import nbformat
 import pytest
@@ -62,3 +65,20 @@ def scaffold_cell(master: nbformat.NotebookNode, written: str) -> str:
                          for n in master_class.body] + list(own.values())
     helpers = [n for n in student.body if n is not student_class]
     return ast.unparse(ast.Module(body=helpers + tree.body, type_ignores=[]))
+
+
+GRADESCOPE_SCHEMA = json.loads((Path(__file__).parent / "gradescope_results.schema.json").read_text())
+
+
+def gradescope_valid(folder: Path, ids: set[str] | None = None) -> int:
+    """Validate each DIR/<id>/results.json under ``folder`` (of ``ids`` only, if given)
+    against Gradescope's schema; returns how many there were."""
+    paths = sorted(p for p in folder.glob("*/results.json") if ids is None or p.parent.name in ids)
+    for path in paths:
+        jsonschema.validate(json.loads(path.read_text()), GRADESCOPE_SCHEMA)
+    return len(paths)
+
+
+def items_by_id(results_json: dict) -> dict[str, dict]:
+    """A results.json's tests by stable item id, with the grader's own state as ``status``."""
+    return {t["extra_data"]["id"]: {**t, "status": t["extra_data"]["state"]} for t in results_json["tests"]}

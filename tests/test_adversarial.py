@@ -30,7 +30,7 @@ import pytest
 
 import adversarial as adv
 from adversarial import ATTACKS
-from conftest import ROOT
+from conftest import ROOT, gradescope_valid, items_by_id
 from grader.assignment import Assignment
 from grader.batch import BatchOutcome, discover, grade_batch
 from grader.cli import make_sandbox
@@ -129,7 +129,7 @@ class World:
 
 
 def _items(result: dict) -> dict[str, dict]:
-    return {test["name"]: test for test in result["tests"]}
+    return items_by_id(result)
 
 
 def _secret_markers(assignment: Assignment, honest_canary: str) -> dict[str, str]:
@@ -213,11 +213,13 @@ def test_the_batch_completes_without_internal_errors(world: World) -> None:
     assert world.outcome.internal_errors == 0
     for name, result in world.results.items():
         assert "internal grader error" not in result["output"], name
+    # Every file the batch wrote can be uploaded to Gradescope as it is.
+    assert gradescope_valid(world.out_dir, expected) == len(expected)   # not the pre-seeded bystander
 
 
 def test_the_honest_submission_is_graded_as_when_alone(world: World) -> None:
     def summary(result: dict) -> list[tuple[str, str, float]]:
-        return [(t["name"], t["status"], t["score"]) for t in result["tests"]]
+        return [(name, t["status"], t["score"]) for name, t in items_by_id(result).items()]
 
     assert summary(world.results[HONEST]) == summary(world.honest_alone)
     assert world.results[HONEST]["score"] == world.honest_alone["score"]

@@ -26,7 +26,7 @@ from grader.written.client import BATCH_STATE
 from grader.written.injection import suspicious
 from grader.written.prompt import MAX_ANSWER_CHARS
 
-from conftest import ROOT
+from conftest import ROOT, gradescope_valid
 from llm_server import LocalAnthropic, grade_by_rule
 
 FIRST = "ex1_crossover"   # a question with grounding (DECODE_BENCHMARK) and three criteria
@@ -318,6 +318,7 @@ def test_grade_with_llm_live_and_batch_end_to_end(api, assignment, tmp_path, mon
         assert all(i.visibility == "after_published" for i in written)
         blank = [i for i in graded["untouched"].items if i.name.startswith("written_")]
         assert all(i.score == 0 and "not submitted" in i.output for i in blank), mode
+        assert gradescope_valid(out) == 2     # LLM-graded files upload to Gradescope as they are
     assert len(api.posts("/v1/messages")) == 10 and len(api.batches) == 1
     (batch,) = api.batches.values()
     assert len(batch) == 10      # the untouched notebook's blank answers were never sent
