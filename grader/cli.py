@@ -14,7 +14,7 @@ from grader import assign
 from grader.assignment import Assignment
 from grader.batch import default_workers, discover, grade_batch
 from grader.pipeline import GRADER_ERRORS
-from grader.report import apply_overrides, read_results, summary_table, write_gradebook
+from grader.report import OverrideError, apply_overrides, read_results, summary_table, write_gradebook
 from grader.rubric import Limits, Rubric, RubricError
 from grader.sandbox import Limits as SandboxLimits
 from grader.sandbox import Sandbox, SandboxUnavailable, check_bubblewrap
@@ -87,7 +87,11 @@ def _cmd_grade(args: argparse.Namespace) -> int:
         written = grade_written(out_dir, outcome.results, assignment, replace(rubric, llm=llm), args.llm,
                                 args.llm_budget)
         print(written.note, file=sys.stderr)
-    apply_overrides(outcome.results, out_dir)
+    try:
+        for line in apply_overrides(outcome.results, out_dir):
+            print(f"override: {line}", file=sys.stderr)
+    except OverrideError as exc:
+        print(f"grader: {exc}", file=sys.stderr)
     write_gradebook(out_dir, outcome.results)
     print(summary_table(outcome.results))
     print(f"\nresults: {out_dir}/<id>/results.json; gradebook: {out_dir}/gradebook.csv")
@@ -103,7 +107,11 @@ def _cmd_report(args: argparse.Namespace) -> int:
     results = read_results(out_dir)
     if not results:
         raise CommandError(f"{out_dir}: no results.json files to report on")
-    for line in apply_overrides(results, out_dir):
+    try:
+        log = apply_overrides(results, out_dir)
+    except OverrideError as exc:
+        raise CommandError(str(exc)) from exc
+    for line in log:
         print(f"override: {line}")
     write_gradebook(out_dir, results)
     print(summary_table(results))

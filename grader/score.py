@@ -22,6 +22,7 @@ class ItemResult:
     output: str
     tags: list[str]
     visibility: str = "visible"
+    override: dict[str, Any] | None = None   # a TA's override, with the original score (audit)
 
 
 @dataclass
@@ -58,8 +59,10 @@ class GradeResult:
             "execution_time": round(self.execution_time, 2),
             "tests": [{"name": i.title, "score": i.score, "max_score": i.max_score,
                        "status": "passed" if i.status == "passed" else "failed",
-                       "output": i.output, "output_format": "text", "visibility": i.visibility,
-                       "tags": i.tags, "extra_data": {"id": i.name, "state": i.status}} for i in self.items],
+                       "output": i.output + _override_note(i.override), "output_format": "text",
+                       "visibility": i.visibility, "tags": i.tags,
+                       "extra_data": {"id": i.name, "state": i.status,
+                                      **({"override": i.override} if i.override else {})}} for i in self.items],
             **contract,
             "extra_data": contract,
         }
@@ -93,11 +96,23 @@ def result_from_json(data: dict[str, Any]) -> GradeResult:
     items = []
     for test in data.get("tests", []):
         extra = test.get("extra_data") or {}
+        override = extra.get("override") if isinstance(extra.get("override"), dict) else None
+        output = str(test.get("output", ""))
+        output = output[: -len(_override_note(override))] if override and output.endswith(_override_note(override)) else output
         items.append(ItemResult(extra["id"], str(test.get("name", "")), float(test["score"]),
                                 float(test["max_score"]), extra.get("state", test.get("status", "failed")),
-                                str(test.get("output", "")), list(test.get("tags", [])),
-                                test.get("visibility", "visible")))
+                                output, list(test.get("tags", [])), test.get("visibility", "visible"), override))
     notes = [] if data.get("output") == "Graded." else str(data.get("output", "")).splitlines()
     return GradeResult(data["submission_id"], data["assignment"], data["grader_version"],
                        data["submission_sha256"], items, notes, float(data.get("execution_time", 0)),
                        data.get("cache_key", ""))
+
+
+def _override_note(override: dict[str, Any] | None) -> str:
+    """The line an override adds to the item's output (the audit itself is in extra_data)."""
+    if not override:
+        return ""
+    by = f" by {override['reviewer']}" if override.get("reviewer") else ""
+    comment = f": {override['comment']}" if override.get("comment") else ""
+    return (f"\n[TA override{by}: {override['score']:g} points, was {override['original_score']:g}"
+            f"{comment}]")

@@ -5,14 +5,16 @@ import copy
 import csv
 import io
 import json
-from contextlib import redirect_stdout
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import nbformat
 import pytest
+import yaml
 
 from grader.batch import discover, grade_batch
 from grader.cli import main
+from grader.report import APPLIED_FILE
 from grader.rubric import TAGS
 from grader.validate import validate
 
@@ -155,16 +157,50 @@ def test_rerun_reuses_unchanged_results_and_regrades_changed_ones(batch, assignm
     assert "a different bug" in items(results(out, "raises"))["notebook_runs"]["output"]
 
 
-def test_report_applies_ta_overrides(batch):
+def test_report_applies_ta_overrides_with_an_audit(batch):
     _, out, _ = batch
-    (out / "overrides.yaml").write_text("untouched:\n  written_ex5_memory_bill: 2\n  no_such_item: 1\n")
-    with redirect_stdout(io.StringIO()) as printed:
-        assert main(["report", str(out)]) == 0
-    assert "untouched/written_ex5_memory_bill -> 2" in printed.getvalue()
-    assert "no such item" in printed.getvalue()
-    rows = {r["submission_id"]: r for r in csv.DictReader((out / "gradebook.csv").open())}
-    assert rows["untouched"]["written_ex5_memory_bill"] == "2"
-    (out / "overrides.yaml").unlink()
+    path = out / "untouched" / "results.json"
+    pristine = path.read_text()
+    overrides = out / "overrides.yaml"
+    try:
+        # A wrong entry: nothing is applied, every problem is named, the exit is non-zero.
+        overrides.write_text("untouched:\n  written_ex5_memory_bill: 2\n  no_such_item: 1\n"
+                             "nobody:\n  notebook_runs: 1\nraises:\n  notebook_runs: 9\n")
+        with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()) as errors:
+            assert main(["report", str(out)]) == 2
+        for words in ("untouched/no_such_item: no such item", "nobody: no such submission",
+                      "raises/notebook_runs: score 9 is not a number in [0, 2]"):
+            assert words in errors.getvalue()
+        assert path.read_text() == pristine and not (out / APPLIED_FILE).exists()
+
+        overrides.write_text(yaml.safe_dump({"untouched": {"written_ex5_memory_bill": {
+            "score": 2, "comment": "derivation right", "reviewer": "jdoe"}}}))
+        for _ in range(2):   # applying twice changes nothing more
+            with redirect_stdout(io.StringIO()) as printed:
+                assert main(["report", str(out)]) == 0
+        assert "untouched/written_ex5_memory_bill -> 2 (was 0)" in printed.getvalue()
+        test = items(results(out, "untouched"))["written_ex5_memory_bill"]
+        assert test["score"] == 2 and test["output"].count("[TA override by jdoe: 2 points, was 0: derivation right]") == 1
+        audit = test["extra_data"]["override"]
+        assert audit["original_score"] == 0 and audit["original_state"] == "failed" and audit["reviewer"] == "jdoe"
+        assert audit["notebook_sha256"] == results(out, "untouched")["submission_sha256"]
+        rows = {r["submission_id"]: r for r in csv.DictReader((out / "gradebook.csv").open())}
+        assert rows["untouched"]["written_ex5_memory_bill"] == "2"
+
+        # The notebook changed since the review (a regrade wrote a fresh result): not applied, reported.
+        ledger = json.loads((out / APPLIED_FILE).read_text())
+        ledger["untouched"]["written_ex5_memory_bill"]["notebook_sha256"] = "f" * 64
+        (out / APPLIED_FILE).write_text(json.dumps(ledger))
+        path.write_text(pristine)
+        with redirect_stdout(io.StringIO()) as printed:
+            assert main(["report", str(out)]) == 0
+        assert "NOT applied, the notebook changed since the review" in printed.getvalue()
+        assert items(results(out, "untouched"))["written_ex5_memory_bill"]["score"] == 0
+        assert "written_ex5_memory_bill" in overrides.read_text()   # the TA's file is never edited
+    finally:
+        overrides.unlink(missing_ok=True)
+        (out / APPLIED_FILE).unlink(missing_ok=True)
+        path.write_text(pristine)
 
 
 def test_grade_cli_exit_status_and_missing_path(tmp_path):
