@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from grader.checks import Verdict
 from grader.checks.compare import RUN_FAILED, compare, describe, scaled, within
 from grader.checks.linear_attention.model import EPS_CONVENTIONS, REFERENCE, Variant, attention
 from grader.probe import CaseOutput, ProbeCase

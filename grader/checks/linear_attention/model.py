@@ -65,9 +65,6 @@ class Variant:
         return [(f.name, getattr(self, f.name)) for f in fields(self)
                 if getattr(self, f.name) != getattr(REFERENCE, f.name)]
 
-    def concern_of_mistakes(self) -> set[str]:
-        return {CONCERN_OF_FIELD[name] for name, _ in self.mistakes()}
-
     @property
     def applies_decay(self) -> bool:
         return not (self.decay_s == "none" and self.decay_z == "none")
