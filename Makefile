@@ -3,6 +3,20 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+BROWSER := $(VENV)/.browser
+
+# $(call debian_package,COMMAND,PACKAGE,WHY): install PACKAGE when COMMAND is missing (as root
+# with apt-get; `apt-get update` first, as a fresh machine needs), else warn with WHY.
+define debian_package
+	@if ! command -v $(1) >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing $(2)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2); \
+	  else \
+	    echo "WARNING: $(2) is missing and cannot be installed here: $(3)" >&2; \
+	  fi; \
+	fi
+endef
 ASSIGNMENT ?= linear_attention
 SUBMISSIONS ?= examples/submissions
 OUT ?= out
@@ -13,14 +27,7 @@ WORKERS ?=
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
-	@if ! command -v bwrap >/dev/null 2>&1; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing bubblewrap (the grader's sandbox)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; \
-	  else \
-	    echo "WARNING: bubblewrap is missing and cannot be installed here; grading needs --allow-unsandboxed" >&2; \
-	  fi; \
-	fi
+	$(call debian_package,bwrap,bubblewrap,grading needs it or --allow-unsandboxed)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# The CPU build of torch lies on this machine's disk; never ask for an unpinned torch.
@@ -28,7 +35,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
-test: $(STAMP)
+# Debian's chromium, for the pages' browser tests only (no browser build can be downloaded).
+$(BROWSER): $(STAMP)
+	$(call debian_package,chromium,chromium,the browser tests of the report pages need it)
+	touch $(BROWSER)
+
+test: $(STAMP) $(BROWSER)
 	$(BIN)/python -m pytest -q
 
 grade: $(STAMP)

@@ -10,7 +10,6 @@ import json
 import multiprocessing
 import os
 import sys
-import time
 import traceback
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -21,7 +20,8 @@ from grader import __version__
 from grader.assignment import Assignment
 from grader.load import sha256_file
 from grader.pipeline import GRADER_ERROR_NOTE, GRADER_ERRORS, SubmissionGrader
-from grader.report import RESULTS_FILE, write_result
+from grader.report.results import RESULTS_FILE, write_result
+from grader.report.terminal import RunProgress
 from grader.rubric import Rubric
 from grader.sandbox import Sandbox
 from grader.score import GradeResult, ItemResult, result_from_json
@@ -122,21 +122,24 @@ def grade_batch(submissions: list[SubmissionPath], assignment: Assignment, sandb
         else:
             todo.append(submission)
     reused = len(results)
-    bar = _Progress(len(submissions), reused, progress)
-    if todo:
-        # spawn, not fork: a forked child of a process whose torch thread pool is running deadlocks.
-        with ProcessPoolExecutor(max_workers=max(1, min(workers, len(todo))), initializer=_init_worker,
-                                 initargs=(assignment, sandbox, rubric),
-                                 mp_context=multiprocessing.get_context("spawn")) as pool:
-            pending: dict[Future, SubmissionPath] = {pool.submit(_grade_in_worker, s, out_dir): s for s in todo}
-            while pending:
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    submission = pending.pop(future)
-                    result = future.result()
-                    results.append(result)
-                    bar.advance(result)
-    bar.finish()
+    if reused:
+        progress.write(f"{reused} of {len(submissions)} submissions already graded (unchanged); skipping them\n")
+    with RunProgress(progress, "grading", len(submissions), reused) as bar:
+        if todo:
+            # spawn, not fork: a forked child of a process whose torch thread pool is running deadlocks.
+            with ProcessPoolExecutor(max_workers=max(1, min(workers, len(todo))), initializer=_init_worker,
+                                     initargs=(assignment, sandbox, rubric),
+                                     mp_context=multiprocessing.get_context("spawn")) as pool:
+                pending: dict[Future, SubmissionPath] = {pool.submit(_grade_in_worker, s, out_dir): s
+                                                         for s in todo}
+                while pending:
+                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        pending.pop(future)
+                        result = future.result()
+                        results.append(result)
+                        bar.advance(f"{result.submission_id}: {result.score:g}/{result.max_score:g} "
+                                    f"({result.execution_time:.0f} s)")
     internal = sum(1 for r in results if any(GRADER_ERROR_NOTE in n for n in r.notes))
     return BatchOutcome(results, reused, internal)
 
@@ -147,32 +150,6 @@ def _previous_result(out_dir: Path, submission_id: str) -> GradeResult | None:
         return result_from_json(json.loads(path.read_text()))
     except (OSError, ValueError, KeyError):
         return None
-
-
-class _Progress:
-    """A one-line progress bar on a terminal; one line per submission otherwise (CI logs)."""
-
-    def __init__(self, total: int, already: int, stream: TextIO):
-        self.total, self.done, self.stream = total, already, stream
-        self.started = time.monotonic()
-        self.tty = stream.isatty()
-        if already:
-            self.stream.write(f"{already} of {total} submissions already graded (unchanged); skipping them\n")
-
-    def advance(self, result: GradeResult) -> None:
-        self.done += 1
-        width = 24
-        filled = int(width * self.done / max(self.total, 1))
-        elapsed = time.monotonic() - self.started
-        line = (f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
-                f"{result.submission_id}: {result.score:g}/{result.max_score:g} "
-                f"({result.execution_time:.0f} s; {elapsed:.0f} s elapsed)")
-        self.stream.write(("\r\x1b[K" + line) if self.tty else line + "\n")
-        self.stream.flush()
-
-    def finish(self) -> None:
-        if self.tty:
-            self.stream.write("\n")
 
 
 def default_workers() -> int:

@@ -1,23 +1,32 @@
-"""The ``grader`` command line: assign, grade, report, validate, calibrate.
+"""The ``grader`` command line: assign, grade, report, export, validate, calibrate, check, gradescope-bundle.
 
 Exit status: 0 when the command did its job (whatever the scores), 1 when ``validate``
-finds the solution or template graded wrongly, 2 when the grader itself could not run.
+finds the solution or template graded wrongly or ``check`` finds the notebook not ready,
+2 when the grader itself could not run.
 """
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from grader import assign
-from grader.assignment import Assignment
+from grader.assignment import PROJECT_ROOT, Assignment
 from grader.batch import default_workers, discover, grade_batch
 from grader.pipeline import GRADER_ERRORS
-from grader.report import OverrideError, apply_overrides, read_results, summary_table, write_gradebook
+from grader.report.changes import record_changes
+from grader.report.export import ExportError, export_canvas
+from grader.report.overrides import OverrideError, apply_overrides
+from grader.report.pages import RELEASES, SUMMARY_PAGE, write_pages
+from grader.report.results import read_results, write_gradebook
+from grader.report.terminal import print_scores
 from grader.rubric import Limits, Rubric, RubricError
 from grader.sandbox import Limits as SandboxLimits
-from grader.sandbox import Sandbox, SandboxUnavailable, check_bubblewrap
+from grader.sandbox import ISOLATION_LEVELS, Sandbox, SandboxUnavailable
+from grader.score import GradeResult
 from grader.validate import validate
 from grader.written import grade_written
 from grader.written.calibrate import calibrate, load_samples, report_table
@@ -52,31 +61,37 @@ def _assignment(args: argparse.Namespace) -> tuple[Assignment, Rubric]:
     return assignment, rubric
 
 
-def make_sandbox(limits: Limits, allow_unsandboxed: bool) -> Sandbox:
-    """The sandbox for one submission's commands, from the rubric's (possibly overridden) limits."""
+def make_sandbox(limits: Limits, allow_unsandboxed: bool, isolation: str = "auto",
+                 protected_paths: Sequence[Path] = ()) -> Sandbox:
+    """The sandbox for one submission's commands, from the rubric's (possibly overridden) limits.
+    ``protected_paths``: what student code must not read besides the grader package (solutions,
+    rubrics, outputs, other submissions), checked before the unprivileged-user isolation."""
     enforced = SandboxLimits(memory_bytes=int(limits.memory_gib * 2**30), cpu_seconds=limits.cpu_seconds,
                              max_processes=limits.max_processes,
                              file_size_bytes=limits.file_size_mib * 2**20,
                              disk_bytes=limits.disk_mib * 2**20,
                              wall_seconds=limits.notebook_timeout_s)
     try:
-        sandbox = Sandbox(enforced, allow_unsandboxed=allow_unsandboxed)
+        sandbox = Sandbox(enforced, allow_unsandboxed=allow_unsandboxed, isolation=isolation,
+                          protected_paths=protected_paths)
     except SandboxUnavailable as exc:
         raise CommandError(f"the sandbox cannot run here: {exc}. Install bubblewrap (make install does, "
                            "as root) or pass --allow-unsandboxed to run student code WITHOUT isolation") from exc
-    if not sandbox.sandboxed:
-        print(f"WARNING: {check_bubblewrap()}; student code runs WITHOUT the sandbox", file=sys.stderr)
+    if sandbox.isolation != "bubblewrap":
+        print(sandbox.note, file=sys.stderr)
     return sandbox
 
 
 def _cmd_grade(args: argparse.Namespace) -> int:
     assignment, rubric = _assignment(args)
-    sandbox = make_sandbox(rubric.limits, args.allow_unsandboxed)
+    sandbox = make_sandbox(rubric.limits, args.allow_unsandboxed, args.isolation,
+                           [*_hidden_paths(assignment), Path(args.out), *map(Path, args.paths)])
     try:
         submissions = discover([Path(p) for p in args.paths])
     except (FileNotFoundError, ValueError) as exc:
         raise CommandError(str(exc)) from exc
     out_dir = Path(args.out)
+    before = {r.submission_id: r for r in read_results(out_dir)}
     print(f"grading {len(submissions)} submissions of {assignment.name} into {out_dir} "
           f"with {args.workers} workers", file=sys.stderr)
     outcome = grade_batch(submissions, assignment, sandbox, rubric, out_dir, args.workers)
@@ -92,14 +107,24 @@ def _cmd_grade(args: argparse.Namespace) -> int:
             print(f"override: {line}", file=sys.stderr)
     except OverrideError as exc:
         print(f"grader: {exc}", file=sys.stderr)
-    write_gradebook(out_dir, outcome.results)
-    print(summary_table(outcome.results))
-    print(f"\nresults: {out_dir}/<id>/results.json; gradebook: {out_dir}/gradebook.csv")
+    for change in record_changes(out_dir, before, outcome.results):
+        print(f"score changed: {change['submission_id']} {change['old_total']:g} -> {change['new_total']:g}",
+              file=sys.stderr)
+    _write_outputs(out_dir, outcome.results, args.release)
     if outcome.internal_errors:
         print(f"{outcome.internal_errors} submissions hit an internal grader error (tracebacks in "
               f"{out_dir}/<id>/{GRADER_ERRORS}; rerunning regrades them)", file=sys.stderr)
         return 2
     return 0
+
+
+def _write_outputs(out_dir: Path, results: list[GradeResult], release: str) -> None:
+    """Gradebook, pages and the closing table: the same after ``grade`` and ``report``."""
+    write_gradebook(out_dir, results)
+    write_pages(out_dir, results, release)
+    print_scores(results, sys.stdout)
+    print(f"\nresults: {out_dir}/<id>/results.json and report.html; gradebook: {out_dir}/gradebook.csv; "
+          f"for TAs: {out_dir}/{SUMMARY_PAGE}")
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -113,8 +138,26 @@ def _cmd_report(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from exc
     for line in log:
         print(f"override: {line}")
-    write_gradebook(out_dir, results)
-    print(summary_table(results))
+    _write_outputs(out_dir, results, args.release)
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    out_dir = Path(args.dir)
+    results = read_results(out_dir)
+    if not results:
+        raise CommandError(f"{out_dir}: no results.json files to export")
+    target = Path(args.out) if args.out else out_dir / f"{args.format}_import.csv"
+    try:
+        outcome = export_canvas(results, Path(args.roster), args.column, target)
+    except ExportError as exc:
+        raise CommandError(str(exc)) from exc
+    print(f"wrote {outcome.path}: {outcome.exported} students")
+    for label, ids in (("graded but not in the roster (not exported)", outcome.not_in_roster),
+                       ("in the roster without a submission (left empty)", outcome.no_submission),
+                       ("exported while written answers still await review", outcome.pending_review)):
+        if ids:
+            print(f"{len(ids)} {label}: {', '.join(ids)}", file=sys.stderr)
     return 0
 
 
@@ -132,16 +175,64 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     assignment, rubric = _assignment(args)
-    sandbox = make_sandbox(rubric.limits, args.allow_unsandboxed)
+    sandbox = make_sandbox(rubric.limits, args.allow_unsandboxed, args.isolation, _hidden_paths(assignment))
     report = validate(assignment, sandbox, rubric)
     print(report.text)
     return 0 if report.ok else 1
+
+
+CHECK_SCRIPT = "check.py"
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    """Run the assignment's own check.py, the script students run, so that a TA sees exactly what
+    the student sees; it runs only the public tests, never a hidden check."""
+    name = args.assignment or _assignment_with_check()
+    script = Assignment(name, PROJECT_ROOT).template_path.parent / CHECK_SCRIPT
+    if not script.is_file():
+        raise CommandError(f"assignment {name!r} ships no {CHECK_SCRIPT} (looked for {script})")
+    return subprocess.run([sys.executable, str(script), args.notebook]).returncode
+
+
+def _assignment_with_check() -> str:
+    """The one assignment that ships a check.py; with none or several, --assignment must say."""
+    found = sorted(p.parent.name for p in (PROJECT_ROOT / "assignments").glob(f"*/{CHECK_SCRIPT}"))
+    if len(found) != 1:
+        shipped = f"{len(found)} assignments ship one ({', '.join(found)})" if found else "no assignment ships one"
+        raise CommandError(f"which assignment's {CHECK_SCRIPT}? {shipped}; pass --assignment NAME")
+    return found[0]
+
+
+def _hidden_paths(assignment: Assignment) -> list[Path]:
+    """The assignment's files student code must never read: the master notebook's folder, the rubrics."""
+    return [assignment.master_path.parent, assignment.rubric_path.parent]
+
+
+def _cmd_gradescope_bundle(args: argparse.Namespace) -> int:
+    from grader.gradescope import write_bundle   # not at the top: grader.gradescope imports this module
+
+    target = Path(args.out)
+    try:
+        names = write_bundle(Assignment(args.assignment), target)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from exc
+    print(f"wrote {target} ({len(names)} files): upload it as the assignment's Gradescope autograder")
+    return 0
+
+
+def _add_release_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--release", choices=tuple(RELEASES), default="none",
+                        help="what students' report.html shows: none (visible items only, the default), due "
+                             "(+ after_due_date items), published (+ after_published, e.g. written answers)")
 
 
 def _add_grading_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--assignment", required=True, help="assignment name, e.g. linear_attention")
     parser.add_argument("--allow-unsandboxed", action="store_true",
                         help="run student code without bubblewrap when it is unusable (unsafe)")
+    parser.add_argument("--isolation", choices=("auto", *ISOLATION_LEVELS), default="auto",
+                        help="auto: bubblewrap, else (as root, with the grader's files readable by root "
+                             "only) an unprivileged user, else refuse (none with --allow-unsandboxed)")
     limits = parser.add_argument_group("limits (default: the rubric's)")
     limits.add_argument("--memory-gib", type=float)
     limits.add_argument("--cpu-seconds", type=int)
@@ -175,12 +266,23 @@ def build_parser() -> argparse.ArgumentParser:
     llm.add_argument("--llm-max-tokens", type=int, help="default: the rubric's written.max_tokens")
     llm.add_argument("--llm-concurrency", type=int, help="live requests in flight (default: the rubric's)")
     llm.add_argument("--llm-retries", type=int, help="retries per request (default: the rubric's)")
+    _add_release_option(p)
     _add_grading_options(p)
     p.set_defaults(run=_cmd_grade)
 
-    p = commands.add_parser("report", help="re-render the gradebook after TA overrides")
+    p = commands.add_parser("report", help="apply TA overrides and re-render gradebook and pages")
     p.add_argument("dir", help="the output folder of a grade run")
+    _add_release_option(p)
     p.set_defaults(run=_cmd_report)
+
+    p = commands.add_parser("export", help="a gradebook CSV that an LMS imports")
+    p.add_argument("dir", help="the output folder of a grade run")
+    p.add_argument("--roster", required=True, help="CSV: submission_id, then Canvas's Student, ID, SIS User ID, "
+                                                    "SIS Login ID, Section")
+    p.add_argument("--format", choices=("canvas",), default="canvas")
+    p.add_argument("--column", required=True, help="the assignment's Canvas column header, 'Name (assignment id)'")
+    p.add_argument("--out", help="default: DIR/canvas_import.csv")
+    p.set_defaults(run=_cmd_export)
 
     p = commands.add_parser("calibrate", help="agreement of the LLM's drafts with TA-scored sample answers")
     p.add_argument("--samples", help="default: rubrics/<assignment>_calibration.yaml")
@@ -192,6 +294,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("validate", help="the solution earns every point, the template the baseline")
     _add_grading_options(p)
     p.set_defaults(run=_cmd_validate)
+
+    p = commands.add_parser("gradescope-bundle", help="autograder.zip for a Gradescope programming assignment")
+    p.add_argument("--assignment", required=True, help="assignment name, e.g. linear_attention")
+    p.add_argument("--out", default="autograder.zip", help="target path (default ./autograder.zip)")
+    p.set_defaults(run=_cmd_gradescope_bundle)
+
+    p = commands.add_parser("check", help="run an assignment's check.py on a notebook, as a student would")
+    p.add_argument("notebook", help="the notebook to check")
+    p.add_argument("--assignment", help="default: the only assignment that ships a check.py")
+    p.set_defaults(run=_cmd_check)
     return parser
 
 

@@ -26,6 +26,7 @@ from grader.written import WRITTEN_INPUTS, inputs_artifact
 EXECUTED_NOTEBOOK = "executed.ipynb"   # the graded run with its outputs, for TAs
 GRADER_ERRORS = "grader_errors.txt"    # tracebacks of checks that crashed: for instructors only
 GRADER_ERROR_NOTE = "internal grader error"
+SCAFFOLD_SOURCE = "scaffold.py"        # the student's scaffold code, for the integrity comparison
 
 
 class SubmissionGrader:
@@ -38,9 +39,9 @@ class SubmissionGrader:
         self.checks = checks_for(self.rubric)
 
     def cache_key(self, submission_sha256: str) -> str:
-        """Same submission, grader version, assignment files and limits -> same key."""
+        """Same submission, grader version, assignment files, limits and isolation level -> same key."""
         parts = [submission_sha256, __version__, self.assignment.fingerprint, repr(self.rubric.limits),
-                 str(self.sandbox.sandboxed)]
+                 self.sandbox.isolation]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
     def grade(self, path: Path, submission_id: str) -> GradeResult:
@@ -57,8 +58,8 @@ class SubmissionGrader:
             if submission.scaffold_source is not None:
                 with tempfile.TemporaryDirectory(prefix=f"g2c-{_safe(submission_id)}-probe-") as scratch:
                     probe, probe_problem = self._probe(submission, Path(scratch), notes)
-        if not self.sandbox.sandboxed:
-            notes.append("WARNING: graded WITHOUT the bubblewrap sandbox (--allow-unsandboxed)")
+        if submission.fatal is None:
+            notes.append(self.sandbox.note)   # students and TAs see how the code was isolated
         context = CheckContext(self.rubric, self.assignment.master_path, probe, probe_problem,
                                execution, execution_problem,
                                execution.answers if execution else {})
@@ -67,6 +68,8 @@ class SubmissionGrader:
         if submission.fatal:
             notes.insert(0, f"This notebook could not be graded: {submission.fatal}")
         artifacts = {EXECUTED_NOTEBOOK: execution.executed_notebook} if execution and execution.executed_notebook else {}
+        if submission.scaffold_source is not None:
+            artifacts[SCAFFOLD_SOURCE] = submission.scaffold_source.encode()
         if submission.notebook is not None:
             artifacts[WRITTEN_INPUTS] = inputs_artifact(self.rubric, submission, context.answers)
         crashed = {name: v.internal for name, v in verdicts.items() if v.internal}
@@ -78,7 +81,8 @@ class SubmissionGrader:
             sys.stderr.write(f"{submission_id}: grader error in {', '.join(sorted(crashed))}, "
                              f"see {GRADER_ERRORS}\n")
         return GradeResult(submission_id, self.rubric.assignment, __version__, submission.sha256, items,
-                           notes, time.monotonic() - started, self.cache_key(submission.sha256), artifacts)
+                           notes, time.monotonic() - started, self.cache_key(submission.sha256), artifacts,
+                           isolation=self.sandbox.isolation if submission.fatal is None else "")
 
     def _execute(self, submission: Submission, scratch: Path, notes: list[str]) -> ExecutionResult:
         prepared = prepare_notebook(submission.notebook, self.assignment.master, notes)

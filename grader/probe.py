@@ -265,7 +265,7 @@ def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox
         workers = sum(len(c.config.get("segments") or [None]) for c in cases)
         result = sandbox.run([sys.executable, str(harness)], scratch=scratch,
                              timeout=case_timeout * (workers + 1) + 30, read_only=True,
-                             stdin=harness_request(module_source, cases, case_timeout, sandbox.sandboxed),
+                             stdin=harness_request(module_source, cases, case_timeout, sandbox.own_pid_namespace),
                              output_bytes=MAX_PROBE_OUTPUT_BYTES)
         notes.extend(reason for reason in result.stopped if reason not in notes)
         answer = read_answer(result.stdout_bytes, cases)

@@ -23,6 +23,7 @@ class ItemResult:
     tags: list[str]
     visibility: str = "visible"
     override: dict[str, Any] | None = None   # a TA's override, with the original score (audit)
+    details: dict[str, Any] | None = None    # what the pages show beyond the text (a written draft)
 
 
 @dataclass
@@ -36,6 +37,7 @@ class GradeResult:
     execution_time: float = 0.0
     cache_key: str = ""
     artifacts: dict[str, bytes] = field(default_factory=dict)   # extra files for DIR/<id>/
+    isolation: str = ""   # how the student's code was isolated (sandbox.ISOLATION_LEVELS); "" if it never ran
 
     @property
     def score(self) -> float:
@@ -48,7 +50,8 @@ class GradeResult:
     def to_json(self) -> dict[str, Any]:
         """Gradescope's autograder schema (a test's ``status`` is only passed or failed there,
         so the grader's own state and the stable item id go in its ``extra_data``), plus the
-        contract's fields at the top level, also copied into the top-level ``extra_data``."""
+        contract's fields at the top level, also copied into the top-level ``extra_data``, which
+        also says how the student's code was isolated (``isolation``, once it ran)."""
         contract = {"submission_id": self.submission_id, "assignment": self.assignment,
                     "grader_version": self.grader_version, "submission_sha256": self.submission_sha256,
                     "cache_key": self.cache_key}
@@ -62,9 +65,10 @@ class GradeResult:
                        "output": i.output + _override_note(i.override), "output_format": "text",
                        "visibility": i.visibility, "tags": i.tags,
                        "extra_data": {"id": i.name, "state": i.status,
-                                      **({"override": i.override} if i.override else {})}} for i in self.items],
+                                      **({"override": i.override} if i.override else {}),
+                                      **({"details": i.details} if i.details else {})}} for i in self.items],
             **contract,
-            "extra_data": contract,
+            "extra_data": {**contract, **({"isolation": self.isolation} if self.isolation else {})},
         }
 
 
@@ -97,15 +101,18 @@ def result_from_json(data: dict[str, Any]) -> GradeResult:
     for test in data.get("tests", []):
         extra = test.get("extra_data") or {}
         override = extra.get("override") if isinstance(extra.get("override"), dict) else None
+        details = extra.get("details") if isinstance(extra.get("details"), dict) else None
         output = str(test.get("output", ""))
         output = output[: -len(_override_note(override))] if override and output.endswith(_override_note(override)) else output
         items.append(ItemResult(extra["id"], str(test.get("name", "")), float(test["score"]),
                                 float(test["max_score"]), extra.get("state", test.get("status", "failed")),
-                                output, list(test.get("tags", [])), test.get("visibility", "visible"), override))
+                                output, list(test.get("tags", [])), test.get("visibility", "visible"), override,
+                                details))
     notes = [] if data.get("output") == "Graded." else str(data.get("output", "")).splitlines()
     return GradeResult(data["submission_id"], data["assignment"], data["grader_version"],
                        data["submission_sha256"], items, notes, float(data.get("execution_time", 0)),
-                       data.get("cache_key", ""))
+                       data.get("cache_key", ""),
+                       isolation=str((data.get("extra_data") or {}).get("isolation", "")))
 
 
 def _override_note(override: dict[str, Any] | None) -> str:

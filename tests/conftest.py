@@ -1,9 +1,12 @@
-"""Shared fixtures: the assignment, a real bubblewrap sandbox, and notebook builders."""
+"""Shared fixtures: the assignment, a real bubblewrap sandbox, notebook builders, and one
+graded batch that several test modules assert things about."""
 from __future__ import annotations
 
 import ast
 import copy
+import io
 import json
+import subprocess
 from pathlib import Path
 
 import jsonschema
@@ -13,6 +16,7 @@ import pytest
 
 from grader import cells
 from grader.assignment import Assignment
+from grader.batch import BatchOutcome, discover, grade_batch
 from grader.cli import make_sandbox
 from grader.pipeline import SubmissionGrader
 from grader.sandbox import Sandbox
@@ -82,3 +86,52 @@ def gradescope_valid(folder: Path, ids: set[str] | None = None) -> int:
 def items_by_id(results_json: dict) -> dict[str, dict]:
     """A results.json's tests by stable item id, with the grader's own state as ``status``."""
     return {t["extra_data"]["id"]: {**t, "status": t["extra_data"]["state"]} for t in results_json["tests"]}
+
+
+def model_only(master: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """The master's cells up to the hybrid model: fast to execute, full scaffold credit."""
+    notebook = copy.deepcopy(master)
+    end = next(i for i, c in enumerate(notebook.cells) if c.get("id") == "hybrid-model")
+    notebook.cells = notebook.cells[: end + 1]
+    return notebook
+
+
+@pytest.fixture(scope="session")
+def batch(tmp_path_factory, assignment, sandbox) -> tuple[Path, Path, BatchOutcome]:
+    """(submissions folder, output folder, outcome) of one real batch: an untouched template,
+    broken JSON, a raising cell, warnings on stderr, a folder with two notebooks. Tests that
+    change the output folder restore it, or work on a copy."""
+    folder = tmp_path_factory.mktemp("submissions")
+    write_notebook(assignment.template, folder / "untouched.ipynb")
+    (folder / "broken_json.ipynb").write_text('{"cells": [ {"cell_type": ')
+    raising = model_only(assignment.master)
+    raising.cells.insert(3, nbformat.v4.new_code_cell("raise RuntimeError('student bug in a cell')"))
+    write_notebook(raising, folder / "raises.ipynb")
+    warns = model_only(assignment.master)
+    warns.cells.append(nbformat.v4.new_code_cell(
+        "import sys, warnings\nwarnings.warn('a UserWarning like PyTorch prints')\n"
+        "print('noise on stderr', file=sys.stderr)"))
+    write_notebook(warns, folder / "warns.ipynb")
+    two = folder / "two_notebooks"
+    two.mkdir()
+    write_notebook(assignment.template, two / "a.ipynb")
+    write_notebook(assignment.template, two / "b.ipynb")
+    out = tmp_path_factory.mktemp("out")
+    outcome = grade_batch(discover([folder]), assignment, sandbox, assignment.rubric, out, workers=2,
+                          progress=io.StringIO())
+    return folder, out, outcome
+
+
+def finish_all(started: dict[str, subprocess.Popen], timeout: float) -> dict[str, tuple[int | None, str]]:
+    """Wait for processes started together (stdout piped as text): name -> (exit status, output).
+    One that outlives ``timeout`` is killed, and its output says so."""
+    finished = {}
+    for name, proc in started.items():
+        try:
+            output, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            output, _ = proc.communicate()
+            output += f"\n[killed after {timeout} s]"
+        finished[name] = (proc.returncode, output)
+    return finished

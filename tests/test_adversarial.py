@@ -34,8 +34,8 @@ from conftest import ROOT, gradescope_valid, items_by_id
 from grader.assignment import Assignment
 from grader.batch import BatchOutcome, discover, grade_batch
 from grader.cli import make_sandbox
-from grader.pipeline import EXECUTED_NOTEBOOK, GRADER_ERRORS
-from grader.report import RESULTS_FILE
+from grader.pipeline import EXECUTED_NOTEBOOK, GRADER_ERRORS, SCAFFOLD_SOURCE
+from grader.report.results import RESULTS_FILE
 from grader.sandbox import SANDBOX_UID_BASE, SANDBOX_UID_SLOTS
 from grader.written import WRITTEN_INPUTS
 
@@ -51,7 +51,7 @@ STEP_ITEMS = ("equivalence", "alignment", "decay_recurrent", "decay_per_head", "
               "state_resume")
 FORWARD_ITEMS = ("scaffold_present", "normalization", "causality", "decay_parallel", "hybrid_lm")
 # What the grader itself writes beside each results.json.
-OWN_FILES = {RESULTS_FILE, EXECUTED_NOTEBOOK, WRITTEN_INPUTS, GRADER_ERRORS}
+OWN_FILES = {RESULTS_FILE, EXECUTED_NOTEBOOK, WRITTEN_INPUTS, GRADER_ERRORS, SCAFFOLD_SOURCE}
 
 
 # ----------------------------------------------------------------------------- fixtures

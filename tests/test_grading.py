@@ -1,7 +1,6 @@
 """The whole pipeline: validate, a batch with broken notebooks in it, resume and reports."""
 from __future__ import annotations
 
-import copy
 import csv
 import io
 import json
@@ -9,49 +8,17 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import nbformat
-import pytest
 import yaml
 
 from grader.batch import discover, grade_batch
 from grader.cli import main
-from grader.report import APPLIED_FILE
+from grader.report.overrides import APPLIED_FILE
 from grader.rubric import TAGS
 from grader.validate import validate
 
 from conftest import gradescope_valid, items_by_id, write_notebook
 
 STATUSES = {"passed", "failed", "error", "pending_review"}
-
-
-def model_only(master: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """The master's cells up to the hybrid model: fast to execute, full scaffold credit."""
-    notebook = copy.deepcopy(master)
-    end = next(i for i, c in enumerate(notebook.cells) if c.get("id") == "hybrid-model")
-    notebook.cells = notebook.cells[: end + 1]
-    return notebook
-
-
-@pytest.fixture(scope="module")
-def batch(tmp_path_factory, assignment, sandbox):
-    folder = tmp_path_factory.mktemp("submissions")
-    write_notebook(assignment.template, folder / "untouched.ipynb")
-    (folder / "broken_json.ipynb").write_text('{"cells": [ {"cell_type": ')
-    raising = model_only(assignment.master)
-    raising.cells.insert(3, nbformat.v4.new_code_cell("raise RuntimeError('student bug in a cell')"))
-    write_notebook(raising, folder / "raises.ipynb")
-    warns = model_only(assignment.master)
-    warns.cells.append(nbformat.v4.new_code_cell(
-        "import sys, warnings\nwarnings.warn('a UserWarning like PyTorch prints')\n"
-        "print('noise on stderr', file=sys.stderr)"))
-    write_notebook(warns, folder / "warns.ipynb")
-    two = folder / "two_notebooks"
-    two.mkdir()
-    write_notebook(assignment.template, two / "a.ipynb")
-    write_notebook(assignment.template, two / "b.ipynb")
-    out = tmp_path_factory.mktemp("out")
-    outcome = grade_batch(discover([folder]), assignment, sandbox, assignment.rubric, out, workers=2,
-                          progress=io.StringIO())
-    return folder, out, outcome
 
 
 def results(out: Path, submission_id: str) -> dict:
@@ -133,7 +100,7 @@ def test_executed_notebook_is_kept_for_tas(batch):
 
 def test_gradebook_has_one_row_per_submission_and_a_column_per_item(batch, assignment):
     _, out, outcome = batch
-    from grader.report import write_gradebook
+    from grader.report.results import write_gradebook
     rows = list(csv.DictReader(write_gradebook(out, outcome.results).open()))
     assert sorted(r["submission_id"] for r in rows) == ["broken_json", "raises", "two_notebooks", "untouched",
                                                         "warns"]

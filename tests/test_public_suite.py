@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import SCAFFOLDS, notebook_with_scaffold, scaffold_cell
+from conftest import SCAFFOLDS, finish_all, notebook_with_scaffold, scaffold_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = ROOT / "assignments" / "linear_attention"
@@ -109,18 +109,12 @@ def runs(tmp_path_factory) -> dict[str, Run]:
         cmd = [sys.executable, "-m", "pytest", str(PUBLIC_TESTS), "-q", "-p", "no:cacheprovider",
                "-c", str(ini), "--rootdir", str(ASSIGNMENT),
                "--json-report", f"--json-report-file={report}", *extra]
-        started[name] = (subprocess.Popen(cmd, cwd=ASSIGNMENT, env=env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.STDOUT, text=True), report)
+        started[name] = subprocess.Popen(cmd, cwd=ASSIGNMENT, env=env, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, text=True)
     finished = {}
-    for name, (proc, report) in started.items():
-        try:
-            output, _ = proc.communicate(timeout=TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            output, _ = proc.communicate()
-            output += f"\n[killed after {TIMEOUT} s]"
-        data = json.loads(report.read_text()) if report.exists() else None
-        finished[name] = Run(name, proc.returncode, output, data)
+    for name, (returncode, output) in finish_all(started, TIMEOUT).items():
+        report = work / f"{name}.json"
+        finished[name] = Run(name, returncode, output, json.loads(report.read_text()) if report.exists() else None)
     return finished
 
 

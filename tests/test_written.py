@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from grader.cli import main
-from grader.report import read_results, write_result
+from grader.report.results import read_results, write_result
 from grader.rubric import RubricError, check_questions, load_rubric
 from grader.score import GradeResult, ItemResult
 from grader.written import CACHE_FOLDER, USAGE_FILE, WRITTEN_INPUTS, grade_written, inputs_artifact

@@ -23,7 +23,8 @@ from typing import Any, TextIO
 
 from grader.assignment import Assignment
 from grader.load import Submission
-from grader.report import write_result
+from grader.report.results import write_result
+from grader.report.terminal import RunProgress
 from grader.rubric import Question, Rubric
 from grader.score import GradeResult, ItemResult
 from grader.written import client as api
@@ -90,13 +91,15 @@ def grade_written(out_dir: Path, results: list[GradeResult], assignment: Assignm
                                     item.answer, item.grounding)
             jobs[item.key] = (api.Job(item.key, params), item.question)
     budget = api.Budget(budget_usd)
-    bar = _Progress(progress, mode)
     to_send = [job for job, _ in jobs.values()]
-    if mode == "batch":
-        replies = api.send_batch(client, to_send, rubric.llm, outcome.usage, budget, out_dir, bar, poll_s, wait_s)
-    else:
-        replies = api.send_live(client, to_send, rubric.llm, outcome.usage, budget, bar)
-    bar.finish()
+    with RunProgress(progress, f"written answers ({mode})", len(to_send)) as bar:
+        def advance(done: int, total: int) -> None:
+            bar.advance(to=done)
+        if mode == "batch":
+            replies = api.send_batch(client, to_send, rubric.llm, outcome.usage, budget, out_dir, advance,
+                                     poll_s, wait_s)
+        else:
+            replies = api.send_live(client, to_send, rubric.llm, outcome.usage, budget, advance)
     for key, (_, question) in jobs.items():
         reply = replies.get(key) or api.Reply(None, "no reply")
         draft = read_draft(reply.content, question) if reply.content is not None else reply.problem
@@ -156,36 +159,23 @@ def _item_result(item: _Item, draft: Draft | str, rubric: Rubric) -> ItemResult:
                        output=f"LLM grading did not finish: {draft}. Awaiting review of the written answer.")
     lines = [f"LLM draft ({rubric.llm.model}, confidence {draft.confidence:.2f}): "
              f"{draft.total:g} / {item.question.points:g}"]
+    criteria = []
     for criterion in item.question.criteria:
         points, rationale = draft.criteria[criterion.id]
         lines.append(f"- {criterion.id}: {points:g} / {criterion.points:g}: {rationale}")
+        criteria.append({"id": criterion.id, "points": points, "max_points": criterion.points,
+                         "rationale": rationale})
     lines.append(f"Feedback: {draft.feedback}")
     flags = item.flags + (["the model flagged it"] if draft.injection_suspected else [])
+    details = {"model": rubric.llm.model, "confidence": draft.confidence,
+               "draft_score": draft.total, "criteria": criteria, "feedback": draft.feedback,
+               "flags": flags, "needs_review": draft.needs_review}
     if flags:
         lines.append(f"FLAGGED: the answer seems to address the grader ({'; '.join(flags)}). It gains no points "
                      f"until a TA confirms: in overrides.yaml, `{item.result.submission_id}: "
                      f"{{{old.name}: {draft.total:g}}}` accepts the suggested score.")
-        return replace(old, score=0.0, status="pending_review", output="\n".join(lines))
+        return replace(old, score=0.0, status="pending_review", output="\n".join(lines), details=details)
     if draft.needs_review:
         lines.append("The model asks for a person to review this grade.")
     status = "passed" if draft.total >= item.question.points else "failed"
-    return replace(old, score=draft.total, status=status, output="\n".join(lines))
-
-
-class _Progress:
-    """Progress of the requests on the terminal."""
-
-    def __init__(self, stream: TextIO, mode: str):
-        self.stream, self.mode, self.shown = stream, mode, False
-
-    def __call__(self, done: int, total: int) -> None:
-        tty = self.stream.isatty()
-        if not tty and done != total and done % max(1, total // 10):
-            return   # a log gets about ten lines
-        self.stream.write(f"written answers ({self.mode}): {done}/{total}{chr(13) if tty else chr(10)}")
-        self.stream.flush()
-        self.shown = True
-
-    def finish(self) -> None:
-        if self.shown and self.stream.isatty():
-            self.stream.write("\n")
+    return replace(old, score=draft.total, status=status, output="\n".join(lines), details=details)

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from grader.assignment import Assignment
-from grader.report import write_result
+from grader.report.results import write_result
 from grader.rubric import Rubric, RubricError
 from grader.score import GradeResult, ItemResult
 from grader.written import WRITTEN_INPUTS, grade_written

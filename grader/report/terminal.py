@@ -1,0 +1,65 @@
+"""What the terminal shows: progress of long runs and the closing score table (rich).
+
+On a terminal, progress is one live bar with a line printed above it per finished
+submission; in a log (CI, a file) rich draws no bar and the per-submission lines remain, so a
+long batch is readable either way.
+"""
+from __future__ import annotations
+
+from types import TracebackType
+from typing import TextIO
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from grader.score import GradeResult
+
+
+class RunProgress:
+    """A bar over ``total`` units of work; ``advance`` moves it and prints one line."""
+
+    def __init__(self, stream: TextIO, label: str, total: int, done: int = 0):
+        self.console = Console(file=stream, highlight=False, soft_wrap=True)
+        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                  TimeElapsedColumn(), console=self.console, transient=True,
+                                  disable=not self.console.is_terminal)
+        self._task = self._progress.add_task(label, total=total, completed=done)
+
+    def __enter__(self) -> RunProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self._progress.stop()
+
+    def advance(self, line: str | None = None, *, to: int | None = None) -> None:
+        """One unit done (or ``to`` units in all), with a line for the log."""
+        if to is None:
+            self._progress.advance(self._task)
+        else:
+            self._progress.update(self._task, completed=to)
+        if line:
+            self.console.print(line, markup=False)
+
+
+def score_table(results: list[GradeResult]) -> Table:
+    """One row per submission: score, and the items it did not pass."""
+    table = Table(title=None if results else "no submissions graded")
+    table.add_column("submission")
+    table.add_column("score", justify="right")
+    table.add_column("not passed")
+    for result in sorted(results, key=lambda r: r.submission_id):
+        failed = [i.name for i in result.items if i.status in ("failed", "error")]
+        pending = sum(1 for i in result.items if i.status == "pending_review")
+        shown = ", ".join(failed[:6]) + (f" (+{len(failed) - 6} more)" if len(failed) > 6 else "")
+        if pending:
+            shown += f"{'; ' if shown else ''}{pending} written pending review"
+        table.add_row(result.submission_id, f"{result.score:g} / {result.max_score:g}", shown or "-")
+    return table
+
+
+def print_scores(results: list[GradeResult], stream: TextIO) -> None:
+    """The closing table, sized for the terminal (or 120 columns in a log)."""
+    Console(file=stream, highlight=False, width=None if stream.isatty() else 120).print(score_table(results))

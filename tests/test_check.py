@@ -1,0 +1,422 @@
+"""assignments/linear_attention/check.py, the pre-submission check students run themselves.
+
+check.py ships without the grader, so it carries its own small copy of the loader's rules and
+fingerprints of the shipped provided cells and questions. These tests keep the two from
+drifting: the fingerprints must match the notebooks, and on a set of good and broken notebooks
+check.py must reach the grader's own verdicts (load.py, execute.py's provided-cell replacement,
+score.py's blank answers). The end-to-end runs start together, each in a fresh interpreter, and
+cost a few seconds in all.
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from types import ModuleType
+
+import nbformat
+import pytest
+
+from grader import cells, cli
+from grader.execute import prepare_notebook
+from grader.load import SCAFFOLD_CLASS, load_submission
+from grader.score import score_items
+
+from conftest import finish_all
+
+ROOT = Path(__file__).resolve().parents[1]
+ASSIGNMENT = ROOT / "assignments" / "linear_attention"
+CHECK = ASSIGNMENT / "check.py"
+REFERENCE = ROOT / "examples" / "submissions" / "reference.ipynb"
+UNTOUCHED = ROOT / "examples" / "submissions" / "untouched.ipynb"
+HIDDEN = (ROOT / "grader", ROOT / "rubrics", ROOT / "solutions")   # nothing check.py may open
+TIMEOUT = 240
+
+
+def _load_check() -> ModuleType:
+    """check.py as a module (it is a script, not in a package); registered so dataclasses work."""
+    spec = importlib.util.spec_from_file_location("la_check", CHECK)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+check = _load_check()
+
+
+def reference_json() -> dict:
+    return json.loads(REFERENCE.read_text(encoding="utf-8"))
+
+
+def edit_cell(data: dict, cell_id: str, change) -> dict:
+    cell = next(c for c in data["cells"] if c.get("id") == cell_id)
+    cell["source"] = change(cells.source(cell))
+    return data
+
+
+def without_scaffold(data: dict) -> dict:
+    data["cells"] = [c for c in data["cells"] if cells.SCAFFOLD not in cells.tags(c)]
+    return data
+
+
+def with_edited_provided(data: dict) -> dict:
+    return edit_cell(data, "setup", lambda s: s + "\nprint('my own line')\n")
+
+
+def _drop_outputs(data: dict) -> dict:
+    del data["cells"][1]["outputs"]
+    return data
+
+
+def _duplicate_id(data: dict) -> dict:
+    data["cells"][3]["id"] = data["cells"][2]["id"]
+    return data
+
+
+def _second_scaffold(data: dict) -> dict:
+    scaffold = next(c for c in data["cells"] if cells.SCAFFOLD in cells.tags(c))
+    data["cells"].append({**copy.deepcopy(scaffold), "id": "my-copy", "metadata": {}})
+    return data
+
+
+def _delete(cell_id: str):
+    def delete(data: dict) -> dict:
+        data["cells"] = [c for c in data["cells"] if c.get("id") != cell_id]
+        return data
+    return delete
+
+
+def _blank_answers(data: dict) -> dict:
+    for cell_id in ("ex1-question", "explain-gate"):
+        edit_cell(data, cell_id, lambda s: s[: s.index('"""Answer:')] + '"""Answer:   """\n')
+    return data
+
+
+def _strip_g2c(data: dict) -> dict:
+    for cell in data["cells"]:
+        cell["metadata"].pop("g2c", None)
+    return data
+
+
+def _markdown_answer(data: dict) -> dict:
+    """A written answer rewritten as a markdown cell, its metadata lost: matched by its text."""
+    index = next(i for i, c in enumerate(data["cells"]) if c.get("id") == "explain-hybrids")
+    literals = [node.value.value for node in ast.parse(cells.source(data["cells"][index])).body]
+    data["cells"][index] = {"cell_type": "markdown", "id": "explain-hybrids", "metadata": {},
+                            "source": "\n\n".join(literals)}
+    return data
+
+
+def edited(edit):
+    """A case made by editing the reference notebook's JSON."""
+    return lambda: json.dumps(edit(reference_json())).encode()
+
+
+# name -> the notebook's bytes, for the grader and check.py alike
+CASES = {
+    "reference": REFERENCE.read_bytes,
+    "untouched": UNTOUCHED.read_bytes,
+    "broken_json": lambda: b'{"cells": [{"cell_type": "code", "source": "x = ',
+    "not_utf8": lambda: b"\xff\xfe\x00junk\x81",
+    "not_a_notebook": lambda: b"[1, 2, 3]",
+    "nbformat_3": edited(lambda data: {**data, "nbformat": 3}),
+    "cell_not_an_object": edited(lambda data: {**data, "cells": [*data["cells"][:3], "x"]}),
+    "schema_invalid": edited(_drop_outputs),
+    "duplicate_ids": edited(_duplicate_id),
+    "missing_scaffold": edited(without_scaffold),
+    "renamed_class": edited(lambda data: edit_cell(data, "linear-attention", lambda s: s.replace(
+        "class LinearAttention(", "class LinearAttn("))),
+    "scaffold_syntax_error": edited(lambda data: edit_cell(data, "linear-attention",
+                                                           lambda s: s + "\n    def broken(:\n")),
+    "two_scaffolds": edited(_second_scaffold),
+    "edited_provided": edited(with_edited_provided),
+    "deleted_provided": edited(_delete("ex1-helpers")),
+    "provided_as_one_string": edited(lambda data: edit_cell(data, "hybrid-model", str)),
+    "blank_answers": edited(_blank_answers),
+    "answers_without_metadata": edited(_strip_g2c),
+    "deleted_answer": edited(_delete("ex4-question")),
+    "markdown_answer": edited(_markdown_answer),
+}
+
+
+def grader_view(path: Path, assignment, max_bytes: int) -> dict:
+    """What the grader decides about the notebook, in the terms check.py reports."""
+    sub = load_submission(path, "case", assignment.template, max_bytes)
+    view = {"fatal": sub.fatal, "notes": sub.notes, "scaffold_problem": sub.scaffold_problem,
+            "scaffold": sub.scaffold_source}
+    if sub.notebook is None:
+        return view
+    replaced: list[str] = []
+    prepare_notebook(sub.notebook, assignment.master, replaced)
+    view["edited"] = [m.group(1) for m in map(re.compile(r"provided cell '(.+)' was edited").match, replaced) if m]
+    view["missing"] = [m.group(1) for m in map(re.compile(r"provided cell '(.+)' was missing").match, replaced) if m]
+    by_item = {q.item_name: q.id for q in assignment.rubric.questions}
+    written = {by_item[r.name]: r for r in score_items(assignment.rubric, {}, sub) if r.name in by_item}
+    view["answered"] = sorted(q for q, r in written.items() if r.status == "pending_review")
+    view["blank"] = sorted(q for q, r in written.items() if r.output.startswith("not submitted"))
+    view["missing_answers"] = sorted(q for q, r in written.items() if "was not found" in r.output)
+    return view
+
+
+def check_view(path: Path, max_bytes: int) -> dict:
+    findings = check.inspect_notebook(path, max_bytes)
+    view = {"fatal": findings.fatal, "notes": findings.notes, "scaffold_problem": findings.scaffold_problem,
+            "scaffold": (check._source(findings.cells[findings.scaffold_cell])
+                         if findings.scaffold_cell is not None else None)}
+    if findings.fatal is None:
+        view.update(edited=findings.edited_provided, missing=findings.missing_provided,
+                    answered=sorted(findings.answered), blank=sorted(findings.blank),
+                    missing_answers=sorted(findings.missing_answers))
+    return view
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_check_agrees_with_the_grader(tmp_path, assignment, name):
+    path = tmp_path / f"{name}.ipynb"
+    path.write_bytes(CASES[name]())
+    limit = check.NOTEBOOK_MAX_BYTES
+    assert check_view(path, limit) == grader_view(path, assignment, limit)
+
+
+def test_check_agrees_on_the_size_limit(tmp_path, assignment):
+    path = tmp_path / "big.ipynb"
+    path.write_bytes(REFERENCE.read_bytes())
+    limit = path.stat().st_size - 1
+    view = check_view(path, limit)
+    assert "MiB limit" in view["fatal"] and view == grader_view(path, assignment, limit)
+
+
+def test_case_set_covers_every_verdict(tmp_path, assignment):
+    """The agreement cases above exercise each kind of finding at least once."""
+    seen: dict[str, set] = {}
+    for name, build in CASES.items():
+        path = tmp_path / f"{name}.ipynb"
+        path.write_bytes(build())
+        for key, value in check_view(path, check.NOTEBOOK_MAX_BYTES).items():
+            if value:
+                seen.setdefault(key, set()).add(name)
+    assert set(seen) == {"fatal", "notes", "scaffold_problem", "scaffold", "edited", "missing", "answered",
+                         "blank", "missing_answers"}
+    assert "edited_provided" in seen["edited"] and "provided_as_one_string" not in seen["edited"]
+
+
+def _table(mapping: dict[str, str]) -> str:
+    return "{\n" + "".join(f'    "{key}": "{value}",\n' for key, value in mapping.items()) + "}"
+
+
+def test_fingerprints_match_the_shipped_notebook(assignment):
+    """check.py fingerprints the notebook as shipped, since students check the copy they edited."""
+    for notebook in (assignment.master, assignment.template):
+        provided = {c.id: check.fingerprint(cells.source(c)) for c in notebook.cells
+                    if cells.PROVIDED in cells.tags(c)}
+        assert provided == check.PROVIDED, f"check.py's PROVIDED is stale; make it:\n{_table(provided)}"
+    questions = {cells.question_id(c): check.fingerprint(cells.parse_written_answer(c).question)
+                 for c in assignment.template.cells if cells.QUESTION in cells.tags(c)}
+    assert list(questions.items()) == list(check.QUESTIONS.items()), \
+        f"check.py's QUESTIONS is stale; make it:\n{_table(questions)}"
+    assert set(check.QUESTIONS) == {q.id for q in assignment.rubric.questions}
+    # check.py counts an answer as unchanged exactly when it is blank: true while the template's are.
+    assert all(cells.parse_written_answer(c).is_blank for c in assignment.template.cells
+               if cells.QUESTION in cells.tags(c))
+
+
+def test_constants_match_the_grader(assignment):
+    assert check.SCAFFOLD_CLASS == SCAFFOLD_CLASS
+    assert check.NOTEBOOK_MAX_BYTES == int(assignment.rubric.limits.notebook_max_mib * 2**20)
+    scaffold = next(c for c in assignment.template.cells if cells.SCAFFOLD in cells.tags(c))
+    todo = [node.name for cls in ast.parse(cells.source(scaffold)).body if isinstance(cls, ast.ClassDef)
+            for node in cls.body if isinstance(node, ast.FunctionDef)
+            and "raise NotImplementedError" in ast.get_source_segment(cells.source(scaffold), node)]
+    assert tuple(todo) == check.SCAFFOLD_METHODS
+
+
+def test_written_answers_are_read_as_the_grader_reads_them(assignment):
+    for notebook in (assignment.master, assignment.template, nbformat.reads(UNTOUCHED.read_text(), 4)):
+        for cell in notebook.cells:
+            parsed = cells.parse_written_answer(cell)
+            assert check.parse_written_answer(cell) == ((parsed.question, parsed.answer) if parsed else None)
+
+
+# --- end to end: check.py and `grader check` as subprocesses -----------------------------------
+
+# Installed by PYTHONPATH into each check.py run and the pytest it starts: logs any open of a
+# file under HIDDEN and any import of the grader, and makes the modules of G2C_BLOCKED unimportable.
+AUDIT_SITE = textwrap.dedent('''
+    import os
+    import sys
+
+    _LOG = open(os.environ["G2C_AUDIT_LOG"], "a", encoding="utf-8")
+    _HIDDEN = tuple(p + os.sep for p in os.environ["G2C_AUDIT_HIDDEN"].split(os.pathsep))
+    _BLOCKED = set(filter(None, os.environ.get("G2C_BLOCKED", "").split(",")))
+
+    def _audit(event, args):
+        if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+            path = os.path.abspath(os.fsdecode(args[0]))
+            if path.startswith(_HIDDEN):
+                _LOG.write(f"{os.getpid()} opened {path}\\n")
+                _LOG.flush()
+        elif event == "import" and args[0].split(".")[0] == "grader":
+            _LOG.write(f"{os.getpid()} imported {args[0]}\\n")
+            _LOG.flush()
+
+    class _Blocker:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in _BLOCKED:
+                raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)", name=name)
+            return None
+
+    sys.addaudithook(_audit)
+    sys.meta_path.insert(0, _Blocker())
+''')
+
+
+class Run:
+    """One finished subprocess."""
+
+    def __init__(self, name: str, returncode: int, output: str, audit: str):
+        self.name, self.returncode, self.output, self.audit = name, returncode, output, audit
+
+    def context(self) -> str:
+        return f"output of run {self.name!r} (exit {self.returncode}):\n{self.output[-6000:]}"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Run]:
+    work = tmp_path_factory.mktemp("check")
+    site = work / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(AUDIT_SITE, encoding="utf-8")
+    broken = work / "broken.ipynb"
+    broken.write_bytes(CASES["broken_json"]())
+    edited = work / "edited.ipynb"
+    edited.write_text(json.dumps(with_edited_provided(reference_json())), encoding="utf-8")
+    no_scaffold = work / "no_scaffold.ipynb"
+    no_scaffold.write_text(json.dumps(without_scaffold(reference_json())), encoding="utf-8")
+    # What a student receives, away from the repository, with a Python that has neither the
+    # grader nor nbformat.
+    shipped = work / "shipped"
+    shutil.copytree(ASSIGNMENT, shipped / "linear_attention",
+                    ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+    shutil.copy(REFERENCE, shipped / "submission.ipynb")
+
+    python = [sys.executable]
+    plans = {  # name -> (command, cwd, blocked modules or None for no audit)
+        "reference": (python + [str(CHECK), str(REFERENCE)], ROOT, ""),
+        "untouched": (python + [str(CHECK), str(UNTOUCHED)], ROOT, ""),
+        "broken": (python + [str(CHECK), str(broken)], ROOT, ""),
+        "edited": (python + [str(CHECK), str(edited)], ROOT, ""),
+        "no_scaffold": (python + [str(CHECK), str(no_scaffold)], ROOT, ""),
+        "standalone": (python + [str(shipped / "linear_attention" / "check.py"), "../submission.ipynb"],
+                       shipped / "linear_attention", "grader,nbformat"),
+        "standalone_import": (python + ["-c", "import grader"], shipped, "grader,nbformat"),
+        "grader_check": (python + ["-m", "grader.cli", "check", str(REFERENCE)], ROOT, None),
+    }
+    started = {}
+    for name, (command, cwd, blocked) in plans.items():
+        env = {k: v for k, v in os.environ.items() if k not in ("LA_NOTEBOOK", "PYTHONPATH", "PYTEST_ADDOPTS")}
+        env["PYTHONDONTWRITEBYTECODE"] = "1"  # leave no __pycache__ in the shipped folder
+        log = work / f"{name}.audit"
+        log.write_text("")
+        if blocked is not None:
+            env.update(PYTHONPATH=str(site), G2C_AUDIT_LOG=str(log), G2C_BLOCKED=blocked,
+                       G2C_AUDIT_HIDDEN=os.pathsep.join(map(str, HIDDEN)))
+        started[name] = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, text=True)
+    return {name: Run(name, returncode, output, (work / f"{name}.audit").read_text())
+            for name, (returncode, output) in finish_all(started, TIMEOUT).items()}
+
+
+def test_reference_is_ready(runs):
+    run = runs["reference"]
+    assert run.returncode == 0, run.context()
+    assert "15 passed, 0 failed" in run.output, run.context()
+    assert "Written answers: 10 of 10 answered" in run.output, run.context()
+    assert "WARNING" not in run.output and "PROBLEM" not in run.output, run.context()
+    assert run.output.rstrip().endswith("READY: the grader can read this notebook and all 15 public tests pass."), \
+        run.context()
+
+
+def test_untouched_template_lists_failing_tests_and_blank_answers(runs):
+    run = runs["untouched"]
+    assert run.returncode == 1, run.context()
+    assert "8 passed, 7 failed" in run.output, run.context()
+    for test in ("test_forward_output_shape", "test_parallel_matches_recurrent_mild_decay",
+                 "test_causal_future_inputs_do_not_change_past_outputs"):
+        assert re.search(rf"FAILED .*{test}", run.output), run.context()
+    assert "NotImplementedError: TODO" in run.output, run.context()
+    blank = next(line for line in run.output.splitlines() if "blank, so not submitted" in line)
+    assert all(qid in blank for qid in check.QUESTIONS), run.context()
+    assert "still TODO (raises NotImplementedError): forward, step" in run.output, run.context()
+    assert "NOT READY: 7 of 15 public tests fail." in run.output, run.context()
+
+
+def test_broken_json_gives_the_graders_reason(runs):
+    run = runs["broken"]
+    assert run.returncode == 1, run.context()
+    assert ("the grader cannot grade this notebook: the file is not valid JSON (line 1, column"
+            in run.output), run.context()
+    assert "not run: the notebook cannot be read" in run.output, run.context()
+
+
+def test_edited_provided_cell_is_warned_about(runs):
+    run = runs["edited"]
+    assert "WARNING: provided cell 'setup' was edited. The grader replaces it with its own copy" in run.output, \
+        run.context()
+    assert run.returncode == 0, run.context()  # the edit is harmless to the public tests
+
+
+def test_missing_scaffold_gives_the_reason(runs):
+    run = runs["no_scaffold"]
+    assert run.returncode == 1, run.context()
+    assert ("the grader cannot test your LinearAttention: no cell defines `class LinearAttention`"
+            in run.output), run.context()
+    assert "NOT READY: the grader cannot find your LinearAttention" in run.output, run.context()
+
+
+def test_grader_check_prints_what_check_py_prints(runs):
+    run = runs["grader_check"]
+    assert run.returncode == runs["reference"].returncode == 0, run.context()
+    assert run.output == runs["reference"].output
+
+
+def test_check_ships_standalone(runs):
+    """Copied out of the repository and run where neither grader nor nbformat can be imported."""
+    assert runs["standalone_import"].returncode != 0
+    assert "No module named 'grader'" in runs["standalone_import"].output
+    run = runs["standalone"]
+    assert run.returncode == 0, run.context()
+    assert "15 passed, 0 failed" in run.output, run.context()
+    assert "nbformat is not installed here, so the schema was not checked" in run.output, run.context()
+
+
+def test_check_never_touches_hidden_material(runs):
+    """No run of check.py (or of the public tests it starts) imports the grader or opens a file
+    under grader/, rubrics/ or solutions/, and no line of the hidden checks shows in its output."""
+    for name, run in runs.items():
+        if name not in ("grader_check", "standalone_import"):
+            assert run.audit == "", f"{name}: {run.audit}"
+    hidden_lines = {line.strip() for path in (ROOT / "grader" / "checks").rglob("*.py")
+                    for line in path.read_text(encoding="utf-8").splitlines() if len(line.strip()) >= 30}
+    for name, run in runs.items():
+        leaked = [line for line in hidden_lines if line in run.output]
+        assert not leaked, f"{name} printed hidden check code: {leaked[:3]}"
+
+
+def test_grader_check_needs_an_assignment_when_ambiguous(tmp_path, monkeypatch, capsys):
+    for name in ("one", "two"):
+        (tmp_path / "assignments" / name).mkdir(parents=True)
+        (tmp_path / "assignments" / name / "check.py").write_text("")
+    monkeypatch.setattr(cli, "PROJECT_ROOT", tmp_path)
+    assert cli.main(["check", str(REFERENCE)]) == 2
+    assert "2 assignments ship one (one, two); pass --assignment NAME" in capsys.readouterr().err
+    assert cli.main(["check", str(REFERENCE), "--assignment", "three"]) == 2
+    assert "assignment 'three' ships no check.py" in capsys.readouterr().err

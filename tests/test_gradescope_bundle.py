@@ -1,0 +1,274 @@
+"""The Gradescope bundle, unpacked into a folder laid out like ``/autograder`` and run there.
+
+The fixture builds ``autograder.zip`` with the CLI, unpacks it into ``ROOT/source`` next to a
+submission (the reference notebook), a metadata file naming a fake student and an empty
+``results/``, makes the virtualenv setup.sh would make, and runs the bundle's own
+``lock_down.sh``, the permission step of setup.sh (the rest of setup.sh, apt and pip, cannot
+run here). The tests then run ``run_autograder`` as Gradescope does, as root.
+
+Three things differ from Gradescope, each on purpose:
+
+- ROOT is a fresh folder of the host's temporary directory, not under pytest's ``tmp_path``:
+  pytest's base folder is readable by root only, which would hide every file from the
+  sandbox user whatever lock_down.sh does and prove nothing. It is removed afterwards.
+- The virtualenv (``ROOT/venv``) is built on a Python the sandbox user can run (this repo's
+  may live in root's home), with this repo's installed packages hard-linked into it (never
+  copied, except files not readable by all, so lock_down.sh changes nothing of the repo's
+  venv) and the bundle's ``grader`` copied in, as ``pip install`` (not editable) would.
+- The repo's own venv has ``grader`` as an editable install pointing into the repository,
+  which the sandbox user can read: the checks below are about the unpacked bundle only.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from grader.assignment import Assignment
+from grader.cli import main as grader_main
+from grader.gradescope import OUT_FOLDER
+from grader.sandbox import SANDBOX_UID_BASE, SANDBOX_UID_SLOTS
+
+from conftest import ROOT as REPO, gradescope_valid
+
+BASH = shutil.which("bash") or "/bin/bash"
+PYTHON_VERSION = f"python{sys.version_info.major}.{sys.version_info.minor}"
+#: A sandbox uid no grading run leases while this test is running (they take the lowest free).
+PROBE_UID = SANDBOX_UID_BASE + SANDBOX_UID_SLOTS - 1
+STUDENT = {"name": "Ada Lovelace", "sid": "S0042", "email": "ada@example.edu"}
+METADATA = {"id": 4242, "created_at": "2025-01-01T12:00:00.000000-08:00",
+            "assignment": {"id": 77, "title": "Linear attention", "total_points": "106.0"},
+            "submission_method": "upload", "users": [{**STUDENT, "id": 1}], "previous_submissions": []}
+
+# Run as PROBE_UID: tries to open every path of stdin (a JSON list), then imports torch.
+READ_PROBE = """\
+import json, sys
+opened, other_errors = [], []
+for path in json.load(sys.stdin):
+    try:
+        open(path, "rb").close()
+        opened.append(path)
+    except PermissionError:
+        pass
+    except OSError as exc:
+        other_errors.append(f"{path}: {exc!r}")
+import torch
+print(json.dumps({"opened": opened, "other_errors": other_errors, "torch": torch.__version__}))
+"""
+
+
+@dataclass(frozen=True)
+class Autograder:
+    root: Path
+    names: list[str]                # the zip's entries
+    zip_bytes: bytes
+    hidden_before_lock_down: list[str]   # hidden_files() once unpacked, before lock_down.sh ran
+    readable_before_lock_down: dict      # what READ_PROBE could open of them then
+
+    @property
+    def python(self) -> Path:
+        return self.root / "venv" / "bin" / "python"
+
+    @property
+    def installed_grader(self) -> Path:
+        return self.root / "venv" / "lib" / PYTHON_VERSION / "site-packages" / "grader"
+
+    def hidden_files(self) -> list[str]:
+        """Every file the sandbox user must not read: checks (bundle and installed copy),
+        solutions, rubrics, the grade run's output folder, the metadata."""
+        folders = [self.root / "source" / "grader" / "checks", self.root / "source" / "solutions",
+                   self.root / "source" / "rubrics", self.installed_grader / "checks", self.root / OUT_FOLDER]
+        files = [str(Path(d) / f) for folder in folders for d, _, names in os.walk(folder) for f in names]
+        return files + [str(self.root / "submission_metadata.json")]
+
+    def run(self, **env: str) -> tuple[dict, str]:
+        """run_autograder as Gradescope runs it (as root): the results.json it left, its log."""
+        proc = subprocess.run([BASH, str(self.root / "source" / "run_autograder")], capture_output=True,
+                              text=True, timeout=600, cwd=self.root,
+                              env={**os.environ, "AUTOGRADER_ROOT": str(self.root), **env})
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        results = self.root / "results" / "results.json"
+        assert results.is_file(), proc.stdout + proc.stderr
+        assert gradescope_valid(self.root, {"results"}) == 1
+        return json.loads(results.read_text()), proc.stdout + proc.stderr
+
+    @property
+    def without_namespaces(self) -> dict[str, str]:
+        """The environment of a container where nothing can make namespaces: neither bwrap
+        nor unshare on PATH (the grader looks them up there), only what run_autograder runs."""
+        return {"PATH": str(self.root / "bin")}
+
+    def read_as_sandbox_user(self, paths: list[str]) -> dict:
+        """READ_PROBE as a sandbox uid, a real process without any capability."""
+        proc = subprocess.run([str(self.python), "-c", READ_PROBE], input=json.dumps(paths), capture_output=True,
+                              text=True, timeout=120, cwd="/", user=PROBE_UID, group=PROBE_UID, extra_groups=[],
+                              env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"})
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+
+def _reachable_python() -> str:
+    """A Python of this version that the sandbox user can run (as setup.sh's python3 is)."""
+    candidates = [str(Path(getattr(sys, "_base_executable", sys.executable)).resolve()),
+                  shutil.which(PYTHON_VERSION, path="/usr/local/bin:/usr/bin") or ""]
+    for candidate in filter(None, candidates):
+        try:
+            subprocess.run([candidate, "-c", "pass"], capture_output=True, check=True, user=PROBE_UID,
+                           group=PROBE_UID, extra_groups=[], cwd="/")
+            return candidate
+        except (OSError, subprocess.CalledProcessError):
+            continue
+    pytest.fail(f"no {PYTHON_VERSION} that an unprivileged user can run among {candidates}")
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    """Hard-link a file readable by all (lock_down.sh leaves such files alone); copy the rest."""
+    if os.stat(source).st_mode & 0o004:
+        try:
+            os.link(source, target)
+            return
+        except OSError:
+            pass  # another filesystem
+    shutil.copy2(source, target)
+
+
+def _make_venv(venv: Path, bundled_grader: Path) -> None:
+    subprocess.run([_reachable_python(), "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = venv / "lib" / PYTHON_VERSION / "site-packages"
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if entry.name.startswith(("__editable__", "g2c_grader")) or entry.name == "grader":
+            continue   # this repo's editable install
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.copytree(entry, site / entry.name, symlinks=True, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(str(entry), str(site / entry.name))
+    shutil.copytree(Path(sys.prefix) / "share" / "jupyter", venv / "share" / "jupyter", symlinks=True,
+                    copy_function=_link_or_copy)   # the python3 kernel spec
+    shutil.copytree(bundled_grader, site / "grader")   # what pip install /autograder/source puts there
+
+
+@pytest.fixture(scope="module")
+def autograder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Autograder]:
+    bundle = tmp_path_factory.mktemp("bundle") / "autograder.zip"
+    assert grader_main(["gradescope-bundle", "--assignment", "linear_attention", "--out", str(bundle)]) == 0
+    root = Path(tempfile.mkdtemp(prefix="g2c-autograder-"))
+    try:
+        os.chmod(root, 0o755)   # as /autograder: lock_down.sh closes it
+        with zipfile.ZipFile(bundle) as archive:
+            names = archive.namelist()
+            for info in archive.infolist():
+                archive.extract(info, root / "source")
+                os.chmod(root / "source" / info.filename, info.external_attr >> 16 & 0o777)
+        (root / "submission").mkdir()
+        shutil.copy(REPO / "examples" / "submissions" / "reference.ipynb", root / "submission")
+        (root / "submission_metadata.json").write_text(json.dumps(METADATA))
+        (root / "results").mkdir()
+        (root / "bin").mkdir()
+        for tool in ("mkdir", "rm"):
+            os.symlink(shutil.which(tool), root / "bin" / tool)
+        _make_venv(root / "venv", root / "source" / "grader")
+        unlocked = Autograder(root, names, bundle.read_bytes(), [], {})
+        hidden = unlocked.hidden_files()
+        before = unlocked.read_as_sandbox_user(hidden)
+        subprocess.run(["bash", str(root / "source" / "lock_down.sh")], check=True,
+                       env={**os.environ, "AUTOGRADER_ROOT": str(root)})
+        yield Autograder(root, names, unlocked.zip_bytes, hidden, before)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _autograded_points(assignment: Assignment) -> float:
+    return sum(item.points for item in assignment.rubric.items)
+
+
+def test_bundle_holds_the_grader_and_the_assignment_only(autograder: Autograder, tmp_path: Path) -> None:
+    names = autograder.names
+    assert names == sorted(names)
+    for required in ("setup.sh", "run_autograder", "lock_down.sh", "pyproject.toml", "README.md",
+                     "grader/sandbox.py", "grader/gradescope.py", "grader/harness/probe_harness.py",
+                     "grader/checks/linear_attention/items.py", "assignments/linear_attention/linear_attention.ipynb",
+                     "solutions/linear_attention/linear_attention.ipynb", "rubrics/linear_attention.yaml"):
+        assert required in names, required
+    assert [n for n in names if n.startswith("rubrics/")] == ["rubrics/linear_attention.yaml",
+                                                               "rubrics/linear_attention_calibration.yaml"]
+    assert {n.split("/")[1] for n in names if n.startswith(("solutions/", "assignments/"))} == {"linear_attention"}
+    assert not [n for n in names if n.startswith(("tests/", "examples/", "out/", ".venv/", "gradescope/"))
+                or "__pycache__" in n or n.endswith(".pyc")]
+    run_autograder = (autograder.root / "source" / "run_autograder").read_text()
+    assert 'ASSIGNMENT="linear_attention"' in run_autograder
+    # The same repository gives the same bytes.
+    again = tmp_path / "again.zip"
+    assert grader_main(["gradescope-bundle", "--assignment", "linear_attention", "--out", str(again)]) == 0
+    assert again.read_bytes() == autograder.zip_bytes
+
+
+def test_reference_gets_full_autograded_marks_and_names_the_student(autograder: Autograder,
+                                                                   assignment: Assignment) -> None:
+    results, _ = autograder.run()   # isolation auto: bubblewrap works on this machine
+    autograded = [t for t in results["tests"] if "written" not in t["tags"]]
+    written = [t for t in results["tests"] if "written" in t["tags"]]
+    assert [t for t in autograded if t["score"] != t["max_score"]] == []
+    assert results["score"] == _autograded_points(assignment)
+    assert written and all(t["score"] == 0 and t["extra_data"]["state"] == "pending_review" for t in written)
+    assert results["extra_data"]["students"] == [STUDENT]
+    assert results["extra_data"]["isolation"] == "bubblewrap"
+    assert "Isolation: bubblewrap" in results["output"]
+    assert results["submission_id"] == "4242"
+
+
+def test_unprivileged_user_isolation_grades_and_hides_the_bundle(autograder: Autograder,
+                                                                 assignment: Assignment) -> None:
+    # No namespaces at all, as in a Gradescope container: neither bwrap nor a PID or network
+    # namespace from unshare; the probe's supervisor then kills its workers by process group.
+    results, _ = autograder.run(G2C_ISOLATION="unprivileged-user", **autograder.without_namespaces)
+    assert results["extra_data"]["isolation"] == "unprivileged-user"
+    assert "Isolation: unprivileged user without bubblewrap (chosen explicitly)" in results["output"]
+    assert results["score"] == _autograded_points(assignment), results["output"]
+    assert results["extra_data"]["students"] == [STUDENT]
+
+    hidden = autograder.hidden_files()
+    assert any("/grader-out/4242/" in path for path in hidden)   # the run's outputs are walked too
+    # Before lock_down.sh the sandbox user could read all of the bundle (so this check can fail)...
+    assert autograder.readable_before_lock_down["opened"] == autograder.hidden_before_lock_down
+    # ...after it, nothing hidden, while the runtime the student's code needs still works.
+    seen = autograder.read_as_sandbox_user(hidden)
+    assert seen["opened"] == [] and seen["other_errors"] == []
+    assert seen["torch"]
+
+
+def test_auto_isolation_falls_back_to_the_unprivileged_user_without_bubblewrap(autograder: Autograder) -> None:
+    # Without a notebook nothing runs, so this takes seconds: the sandbox is chosen all the same.
+    notebook = autograder.root / "submission" / "reference.ipynb"
+    aside = autograder.root / "reference.ipynb"
+    notebook.rename(aside)
+    try:
+        results, log = autograder.run(**autograder.without_namespaces)
+    finally:
+        aside.rename(notebook)
+    assert "Isolation: unprivileged user without bubblewrap (bubblewrap is not installed" in log
+    assert results["score"] == 0 and "submit exactly one .ipynb notebook (found: none)" in results["output"]
+    assert results["extra_data"]["students"] == [STUDENT]
+
+
+def test_a_grading_step_that_crashes_still_leaves_valid_results(autograder: Autograder) -> None:
+    proc = subprocess.run([str(autograder.python), "-m", "grader.gradescope", "--assignment", "no_such_assignment",
+                           "--root", str(autograder.root)], capture_output=True, text=True, timeout=120, cwd="/")
+    assert proc.returncode == 0, proc.stderr
+    assert gradescope_valid(autograder.root, {"results"}) == 1
+    results = json.loads((autograder.root / "results" / "results.json").read_text())
+    assert results["score"] == 0 and results["tests"] == []
+    assert "could not grade" in results["output"] and "no_such_assignment" in results["output"]
+    assert results["extra_data"]["students"] == [STUDENT]
+
+    broken, _ = autograder.run(AUTOGRADER_VENV=str(autograder.root / "no-venv"))   # Python cannot even start
+    assert broken["score"] == 0 and "failed before it could grade" in broken["output"]

@@ -1,0 +1,265 @@
+"""Reports on recorded results, in process: pages, review queue, integrity, score changes,
+the Canvas export and the terminal. (Pages of a really graded batch, in a real browser, are
+tested in test_grading.py and test_pages_browser.py.)"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from grader import cells
+from grader.cli import main
+from grader.pipeline import EXECUTED_NOTEBOOK, GRADER_ERRORS, SCAFFOLD_SOURCE
+from grader.report.changes import CHANGES_FILE, read_changes, record_changes
+from grader.report.export import ExportError, export_canvas
+from grader.report.integrity import code_tokens, similar_pairs
+from grader.report.pages import REPORT_PAGE, REVIEW_PAGE, SUMMARY_PAGE, review_queue, write_pages
+from grader.report.results import read_results, write_result
+from grader.report.terminal import RunProgress, print_scores
+from grader.score import GradeResult, ItemResult
+from grader.written import WRITTEN_INPUTS
+
+from conftest import SCAFFOLDS
+
+HOSTILE = "<script>alert('x')</script>"
+
+
+def recorded(assignment, submission_id: str, failed: dict[str, str] | None = None,
+             written: dict[str, dict] | None = None) -> GradeResult:
+    """A result as the pipeline writes it: every check passed except ``failed`` (id -> message),
+    written items pending unless ``written`` gives their (score, status, details)."""
+    failed = failed or {}
+    items = [ItemResult(i.name, i.title, 0.0 if i.name in failed else i.points, i.points,
+                        "failed" if i.name in failed else "passed", f"{i.title}\n{failed.get(i.name, 'ok')}",
+                        list(i.tags), i.visibility) for i in assignment.rubric.items]
+    for q in assignment.rubric.questions:
+        entry = (written or {}).get(q.item_name, {})
+        items.append(ItemResult(q.item_name, f"Written: {q.id}", entry.get("score", 0.0), q.points,
+                                entry.get("status", "pending_review"), entry.get("output", "awaiting review"),
+                                ["written"], "after_published", details=entry.get("details")))
+    return GradeResult(submission_id, "linear_attention", "0.2.0", submission_id.encode().hex().ljust(64, "0"),
+                       items, execution_time=12.5)
+
+
+def executed_with_error(traceback_line: str) -> bytes:
+    notebook = {"cells": [
+        {"cell_type": "code", "source": "print('fine')", "outputs": [{"output_type": "stream", "text": "fine\n"}]},
+        {"cell_type": "code", "source": "boom()", "outputs": [
+            {"output_type": "stream", "name": "stdout", "text": ["before the error ", HOSTILE, "\n"]},
+            {"output_type": "error", "ename": "NameError", "evalue": "name 'boom' is not defined",
+             "traceback": ["\x1b[0;31mNameError\x1b[0m  Traceback", traceback_line]}]}],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    return json.dumps(notebook).encode()
+
+
+@pytest.fixture
+def folder(tmp_path, assignment) -> Path:
+    """Three recorded submissions: one failing with a cell error and a flagged written answer,
+    one LLM-graded, one whose scaffold is a renamed copy of another's."""
+    first_question = assignment.rubric.questions[0]
+    criteria = [{"id": c.id, "points": c.points, "max_points": c.points, "rationale": f"meets {c.id}"}
+                for c in first_question.criteria]
+    graded = {"written_" + first_question.id: {
+        "score": first_question.points, "status": "passed", "output": "LLM draft",
+        "details": {"model": "claude-test", "confidence": 0.9, "draft_score": first_question.points,
+                    "criteria": criteria, "feedback": "Clear derivation.", "flags": [], "needs_review": False}}}
+    flagged = {"written_" + first_question.id: {
+        "score": 0.0, "status": "pending_review", "output": "FLAGGED",
+        "details": {"model": "claude-test", "confidence": 0.5, "draft_score": 2.0, "criteria": criteria,
+                    "feedback": "ok", "flags": ["addresses the grader: 'ignore previous instructions'"],
+                    "needs_review": False}}}
+    carol = recorded(assignment, "carol", {"equivalence": f"max-abs error 0.07 at position 16 {HOSTILE}",
+                                           "decay_recurrent": "step decays S but not z"}, flagged)
+    carol.items = [replace(i, score=0.0, status="error", output="grader error in check state_resume, please report it")
+                   if i.name == "state_resume" else i for i in carol.items]
+    carol.artifacts = {EXECUTED_NOTEBOOK: executed_with_error("Cell In[2], line 1"),
+                       GRADER_ERRORS: b"Traceback: grader/checks/linear_attention/items.py SECRET_CHECK_LINE",
+                       WRITTEN_INPUTS: json.dumps({"answers": {first_question.id: f"My answer {HOSTILE}"}}).encode(),
+                       SCAFFOLD_SOURCE: (SCAFFOLDS / "correct_einsum.py").read_bytes()}
+    alice = recorded(assignment, "alice", written=graded)
+    source = (SCAFFOLDS / "correct_bmm.py").read_text()
+    alice.artifacts = {SCAFFOLD_SOURCE: source.encode(),
+                       WRITTEN_INPUTS: json.dumps({"answers": {first_question.id: "An answer of my own words."}}).encode()}
+    bob = recorded(assignment, "bob", {"causality": "output 3 changed when token 7 changed"})
+    renamed = re.sub(r"\bq\b", "query", re.sub(r"\bk\b", "key", source)).replace("    ", "  ")
+    bob.artifacts = {SCAFFOLD_SOURCE: ("# my own work\n" + renamed).encode()}
+    for result in (alice, bob, carol):
+        write_result(tmp_path, result)
+    return tmp_path
+
+
+def page(path: Path) -> str:
+    return path.read_text()
+
+
+def test_student_page_shows_released_items_escaped_and_no_internals(folder, assignment):
+    results = read_results(folder)
+    write_pages(folder, results)
+    carol = page(folder / "carol" / REPORT_PAGE)
+    checks_max = sum(i.points for i in assignment.rubric.items)
+    lost = sum(i.points for i in assignment.rubric.items if i.name in ("equivalence", "decay_recurrent", "state_resume"))
+    # written items are after_published: not shown before release, and the total says so
+    assert f"{checks_max - lost:g} / {checks_max:g} points" in carol
+    assert "Written: " not in carol and "will appear here once released" in carol
+    assert "max-abs error 0.07 at position 16" in carol
+    assert HOSTILE not in carol and "&lt;script&gt;" in carol          # student text is escaped
+    assert "cell 1" in carol and "NameError: name &#39;boom&#39; is not defined" in carol
+    assert "\x1b[" not in carol and "before the error" in carol       # ANSI colour codes stripped
+    assert "SECRET_CHECK_LINE" not in carol and "overrides.yaml lines" not in carol
+    write_pages(folder, results, release="published")
+    carol = page(folder / "carol" / REPORT_PAGE)
+    assert "Written: " in carol and "My answer" in carol and "Flagged for review" in carol
+    alice = page(folder / "alice" / REPORT_PAGE)
+    assert "Clear derivation." in alice and "meets " in alice and "claude-test" in alice
+
+
+def test_review_page_and_queue_carry_the_override_lines_that_settle_them(folder, assignment):
+    results = read_results(folder)
+    write_pages(folder, results)
+    review = page(folder / "carol" / REVIEW_PAGE)
+    assert "Written: " in review and "overrides.yaml lines" in review   # TAs see every item
+    queue = review_queue(folder, results)
+    flagged = next(e for e in queue if e.submission_id == "carol" and "flagged" in e.reason)
+    assert flagged.link == f"carol/{REVIEW_PAGE}#item-{flagged.item}"
+    assert yaml.safe_load(flagged.yaml) == {"carol": {flagged.item: {"score": 2.0, "comment": "", "reviewer": ""}}}
+    pending = {(e.submission_id, e.item) for e in queue if e.reason.startswith("written answer awaiting")}
+    assert ("bob", flagged.item) in pending and ("alice", flagged.item) not in pending
+    assert any(e.submission_id == "carol" and e.item == "state_resume" and e.reason.startswith("internal grader error")
+               for e in queue)
+    summary = page(folder / SUMMARY_PAGE)
+    assert summary.count('<a href="carol/review.html#item-') >= 2 and "<svg" in summary
+    assert "SECRET_CHECK_LINE" not in summary
+
+    # Pasting the queue's lines into overrides.yaml confirms the score and empties that entry.
+    (folder / "overrides.yaml").write_text(flagged.yaml.replace('reviewer: ""', "reviewer: jdoe"))
+    with redirect_stdout(io.StringIO()):
+        assert main(["report", str(folder)]) == 0
+    results = read_results(folder)
+    carol = next(r for r in results if r.submission_id == "carol")
+    assert next(i for i in carol.items if i.name == flagged.item).score == 2.0
+    assert not any(e.submission_id == "carol" and e.item == flagged.item for e in review_queue(folder, results))
+    summary = page(folder / SUMMARY_PAGE)
+    assert 'id="overrides"' in summary and "jdoe" in summary
+
+
+def test_common_failures_and_pass_rates_in_the_summary(folder):
+    write_pages(folder, read_results(folder))
+    summary = page(folder / SUMMARY_PAGE)
+    assert "step decays S but not z" in summary                      # the failure, counted
+    assert "max-abs error # at position #" in summary                # numbers blanked for grouping
+    assert summary.count("<svg") == 2 and "<?xml" not in summary     # histogram + pass rates, inline
+    assert "mean 12.5 s, longest 12.5 s" in summary
+
+
+def test_integrity_pairs_a_renamed_copy_only(folder, assignment):
+    pairs = similar_pairs(folder, read_results(folder))
+    assert [(p.first, p.second, p.what) for p in pairs] == [("alice", "bob", "scaffold code")]
+    template = next(cells.source(c) for c in assignment.template.cells if cells.SCAFFOLD in cells.tags(c))
+    assert code_tokens(template.replace("self", "me")) == code_tokens(template)   # names do not matter
+    write_pages(folder, read_results(folder))
+    assert "alice</a> and <a" in page(folder / SUMMARY_PAGE)
+
+
+def test_integrity_leaves_out_untouched_templates_and_pairs_copied_answers(tmp_path, assignment):
+    template = next(cells.source(c) for c in assignment.template.cells if cells.SCAFFOLD in cells.tags(c))
+    answer = ("The KV cache grows linearly with the number of tokens because every layer keeps "
+              "a key and a value for each head, while the linear state stays fixed.")
+    for name, text in (("u1", answer), ("u2", answer.replace("because", "since")), ("u3", "Short.")):
+        result = recorded(assignment, name)
+        result.artifacts = {SCAFFOLD_SOURCE: template.encode(),
+                            WRITTEN_INPUTS: json.dumps({"answers": {"ex5_memory_bill": text}}).encode()}
+        write_result(tmp_path, result)
+    pairs = similar_pairs(tmp_path, read_results(tmp_path), template)
+    assert [(p.first, p.second, p.what) for p in pairs] == [("u1", "u2", "written answer ex5_memory_bill")]
+    write_pages(tmp_path, read_results(tmp_path))   # the summary finds the template itself
+    summary = page(tmp_path / SUMMARY_PAGE)
+    assert "written answer ex5_memory_bill" in summary and "scaffold code" not in summary
+
+
+def test_score_changes_list_old_and_new_per_item(tmp_path, assignment):
+    before = recorded(assignment, "alice")
+    after = recorded(assignment, "alice", {"causality": "now caught"})
+    after = replace(after, grader_version="0.3.0")
+    assert record_changes(tmp_path, {"alice": before}, [after, recorded(assignment, "new")])
+    (change,) = read_changes(tmp_path)
+    assert change["items"] == [{"id": "causality", "title": next(i.title for i in after.items if i.name == "causality"),
+                                "old": 8.0, "new": 0.0}]
+    assert (change["old_grader_version"], change["new_grader_version"], change["notebook_changed"]) == ("0.2.0", "0.3.0", False)
+    assert record_changes(tmp_path, {"alice": after}, [after]) == []        # nothing new, nothing appended
+    assert len(json.loads((tmp_path / CHANGES_FILE).read_text())) == 1
+    write_result(tmp_path, after)
+    write_pages(tmp_path, read_results(tmp_path))
+    summary = page(tmp_path / SUMMARY_PAGE)
+    assert "grader 0.2.0 &rarr; 0.3.0" in summary and ": 8 &rarr; 0" in summary
+
+
+def write_roster(path: Path, ids: list[str]) -> Path:
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["submission_id", "Student", "ID", "SIS User ID", "SIS Login ID", "Section"])
+        for n, submission_id in enumerate(ids):
+            writer.writerow([submission_id, f"Student, {submission_id.title()}", 1000 + n, f"S{n}", submission_id, "L01"])
+    return path
+
+
+def test_canvas_export_has_canvas_columns_and_lists_everyone_left_out(folder):
+    roster = write_roster(folder / "roster.csv", ["alice", "bob", "dave"])
+    target = folder / "canvas.csv"
+    with redirect_stdout(io.StringIO()) as out, redirect_stderr(io.StringIO()) as err:
+        assert main(["export", str(folder), "--roster", str(roster), "--format", "canvas",
+                     "--column", "Linear attention (4242)", "--out", str(target)]) == 0
+    rows = list(csv.reader(target.open()))
+    assert rows[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Linear attention (4242)"]
+    assert rows[1][0].strip() == "Points Possible" and float(rows[1][5]) == read_results(folder)[0].max_score
+    scores = {r[3]: r[5] for r in rows[2:]}   # by SIS Login ID
+    results = {r.submission_id: r for r in read_results(folder)}
+    assert scores == {"alice": f"{results['alice'].score:g}", "bob": f"{results['bob'].score:g}", "dave": ""}
+    assert "wrote" in out.getvalue() and "2 students" in out.getvalue()
+    assert "not in the roster (not exported): carol" in err.getvalue()
+    assert "without a submission (left empty): dave" in err.getvalue()
+    assert "exported while written answers still await review: alice, bob" in err.getvalue()
+
+
+def test_canvas_export_rejects_a_bad_roster_or_header(folder, tmp_path):
+    results = read_results(folder)
+    roster = write_roster(tmp_path / "roster.csv", ["alice"])
+    with pytest.raises(ExportError, match="Name \\(assignment id\\)"):
+        export_canvas(results, roster, "Linear attention", tmp_path / "x.csv")
+    (tmp_path / "bad.csv").write_text("submission_id,Student\nalice,A\n")
+    with pytest.raises(ExportError, match="needs the columns ID, SIS User ID"):
+        export_canvas(results, tmp_path / "bad.csv", "LA (1)", tmp_path / "x.csv")
+    (tmp_path / "twice.csv").write_text(roster.read_text() + "alice,A,1,S,a,L\n")
+    with pytest.raises(ExportError, match="appears twice"):
+        export_canvas(results, tmp_path / "twice.csv", "LA (1)", tmp_path / "x.csv")
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_terminal_progress_prints_a_line_per_unit_in_a_log(assignment):
+    log = io.StringIO()
+    with RunProgress(log, "grading", 2) as bar:
+        bar.advance("alice: 81/106 (20 s)")
+        bar.advance("bob: 60/106 (19 s)")
+    assert log.getvalue().splitlines() == ["alice: 81/106 (20 s)", "bob: 60/106 (19 s)"]
+    table = io.StringIO()
+    print_scores([recorded(assignment, "alice", {"causality": "x"})], table)
+    assert "alice" in table.getvalue() and "causality" in table.getvalue() and "10 written pending review" in table.getvalue()
+
+
+def test_summary_shows_llm_tokens_and_cost(folder):
+    write_pages(folder, read_results(folder))
+    assert "The LLM was not used" in page(folder / SUMMARY_PAGE)
+    (folder / "llm_usage.json").write_text(json.dumps({
+        "mode": "batch", "model": "claude-test", "requests": 7, "input_tokens": 12345, "output_tokens": 678,
+        "cache_write_tokens": 900, "cache_read_tokens": 5400, "cost_usd": 0.0421, "cached_drafts": 3,
+        "graded": 10, "pending": 1}))
+    write_pages(folder, read_results(folder))
+    usage = re.search(r'<p id="usage">(.*?)</p>', page(folder / SUMMARY_PAGE), re.S).group(1)
+    for words in ("batch with claude-test", "7 requests", "12345 input tokens", "678 output tokens", "$0.0421"):
+        assert words in usage
