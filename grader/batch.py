@@ -24,7 +24,7 @@ from grader.report.results import RESULTS_FILE, write_result
 from grader.report.terminal import RunProgress
 from grader.rubric import Rubric
 from grader.sandbox import Sandbox
-from grader.score import GradeResult, ItemResult, result_from_json
+from grader.score import GradeResult, ItemResult, result_from_json, written_item
 
 
 @dataclass(frozen=True)
@@ -67,8 +67,7 @@ def unreadable_result(submission: SubmissionPath, rubric: Rubric, reason: str, s
     """Every item at zero with one reason: for submissions the pipeline could not take."""
     items = [ItemResult(i.name, i.title, 0.0, i.points, "error", reason, list(i.tags), i.visibility)
              for i in rubric.items]
-    items += [ItemResult(q.item_name, f"Written: {q.id}", 0.0, q.points, "error", reason, ["written"])
-              for q in rubric.questions]
+    items += [written_item(rubric, q, "error", reason) for q in rubric.questions]
     return GradeResult(submission.submission_id, rubric.assignment, __version__, sha256, items, [reason])
 
 

@@ -13,8 +13,7 @@ from typing import Any
 
 import yaml
 
-TAGS = frozenset({"equivalence", "causality", "decay", "normalization", "alignment", "state",
-                  "hybrid", "benchmark", "memory-bill", "written", "execution", "format"})
+WRITTEN_TAG = "written"   # the pipeline's own tag of written questions; every other tag is the rubric's
 VISIBILITIES = frozenset({"visible", "hidden", "after_due_date", "after_published"})
 
 
@@ -51,6 +50,10 @@ class Question:
     @property
     def item_name(self) -> str:
         return f"written_{self.id}"
+
+    @property
+    def title(self) -> str:
+        return f"Written: {self.id}"
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,7 @@ class Limits:
 class Rubric:
     assignment: str
     checks: str
+    tags: tuple[str, ...]           # the assignment's concern vocabulary, WRITTEN_TAG included
     items: tuple[Item, ...]
     questions: tuple[Question, ...]
     limits: Limits
@@ -131,7 +135,11 @@ def load_rubric(path: Path) -> Rubric:
         raise RubricError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(raw, dict):
         raise RubricError(f"{path}: expected a mapping at top level")
-    items = tuple(_item(entry, path) for entry in raw.get("items", []))
+    tags = raw.get("tags")
+    if not isinstance(tags, dict) or not tags or WRITTEN_TAG in tags:
+        raise RubricError(f"{path}: `tags` must map each of the assignment's tags to what it names "
+                          f"(`{WRITTEN_TAG}` is the pipeline's own, for written questions)")
+    items = tuple(_item(entry, path, set(tags)) for entry in raw.get("items", []))
     names = [i.name for i in items]
     if len(set(names)) != len(names):
         raise RubricError(f"{path}: duplicate item names")
@@ -146,10 +154,11 @@ def load_rubric(path: Path) -> Rubric:
     unknown = set(limits_raw) - known
     if unknown:
         raise RubricError(f"{path}: unknown limits {sorted(unknown)}")
-    reserved = {"assignment", "checks", "items", "written", "limits", "tolerances", "answer_variables"}
+    reserved = {"assignment", "checks", "tags", "items", "written", "limits", "tolerances", "answer_variables"}
     return Rubric(
         assignment=str(raw["assignment"]),
         checks=str(raw["checks"]),
+        tags=tuple(str(t) for t in tags) + (WRITTEN_TAG,),
         items=items,
         questions=questions,
         limits=Limits(**limits_raw),
@@ -161,7 +170,7 @@ def load_rubric(path: Path) -> Rubric:
     )
 
 
-def _item(entry: dict[str, Any], path: Path) -> Item:
+def _item(entry: dict[str, Any], path: Path, vocabulary: set[str]) -> Item:
     try:
         item = Item(name=str(entry["name"]), points=float(entry["points"]),
                     tags=tuple(entry["tags"]), title=str(entry.get("title", entry["name"])),
@@ -169,7 +178,7 @@ def _item(entry: dict[str, Any], path: Path) -> Item:
                     baseline=bool(entry.get("baseline", False)))
     except KeyError as exc:
         raise RubricError(f"{path}: item {entry!r} lacks {exc}") from exc
-    bad = set(item.tags) - TAGS
+    bad = set(item.tags) - vocabulary
     if bad:
         raise RubricError(f"{path}: item {item.name}: unknown tags {sorted(bad)}")
     if item.visibility not in VISIBILITIES:

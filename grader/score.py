@@ -6,7 +6,7 @@ from typing import Any
 
 from grader.checks import Verdict
 from grader.load import Submission
-from grader.rubric import Rubric
+from grader.rubric import WRITTEN_TAG, Question, Rubric
 
 STATUSES = ("passed", "failed", "error", "pending_review")
 PENDING = "awaiting review of the written answer"
@@ -90,9 +90,14 @@ def score_items(rubric: Rubric, verdicts: dict[str, Verdict], submission: Submis
             status, output = "failed", "not submitted (the answer is blank, or unchanged from the template)"
         else:
             status, output = "pending_review", PENDING
-        results.append(ItemResult(question.item_name, f"Written: {question.id}", 0.0, question.points,
-                                  status, output, ["written"], rubric.llm.visibility))
+        results.append(written_item(rubric, question, status, output))
     return results
+
+
+def written_item(rubric: Rubric, question: Question, status: str, output: str) -> ItemResult:
+    """A written question's item as the pipeline leaves it for the written stage (0 points)."""
+    return ItemResult(question.item_name, question.title, 0.0, question.points, status, output, [WRITTEN_TAG],
+                      rubric.llm.visibility)
 
 
 def result_from_json(data: dict[str, Any]) -> GradeResult:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from grader.assignment import Assignment
 from grader.pipeline import SubmissionGrader
-from grader.rubric import Rubric
+from grader.rubric import WRITTEN_TAG, Rubric
 from grader.sandbox import Sandbox
 from grader.score import GradeResult
 
@@ -26,19 +26,19 @@ def validate(assignment: Assignment, sandbox: Sandbox, rubric: Rubric) -> Valida
     baseline = {i.name for i in rubric.items if i.baseline}
     problems = []
     for item in solution.items:
-        if "written" in item.tags:
+        if WRITTEN_TAG in item.tags:
             if item.status != "pending_review":
                 problems.append(f"solution: written {item.name} is {item.status}: {item.output}")
         elif item.status != "passed":
             problems.append(f"solution: {item.name} {item.status}: {item.output}")
     for item in template.items:
-        if "written" in item.tags:
+        if WRITTEN_TAG in item.tags:
             if item.status != "failed":
                 problems.append(f"template: written {item.name} should be blank, is {item.status}")
         elif (item.status == "passed") != (item.name in baseline):
             expected = "pass (baseline)" if item.name in baseline else "not pass"
             problems.append(f"template: {item.name} should {expected}, is {item.status}: {item.output}")
-    autograded = sum(i.max_score for i in solution.items if "written" not in i.tags)
+    autograded = sum(i.max_score for i in solution.items if WRITTEN_TAG not in i.tags)
     lines = [f"solution: {solution.score:g} / {autograded:g} autograded points "
              f"({len(rubric.questions)} written answers pending review)",
              f"template: {template.score:g} points from baseline items {sorted(baseline)}"]

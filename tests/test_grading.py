@@ -4,19 +4,21 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import nbformat
+import pytest
 import yaml
 
 from grader.batch import discover, grade_batch
 from grader.cli import main
 from grader.report.overrides import APPLIED_FILE
-from grader.rubric import TAGS
+from grader.rubric import RubricError, load_rubric
 from grader.validate import validate
 
-from conftest import gradescope_valid, items_by_id, write_notebook
+from conftest import ROOT, gradescope_valid, items_by_id, write_notebook
 
 STATUSES = {"passed", "failed", "error", "pending_review"}
 
@@ -46,7 +48,7 @@ def test_every_submission_gets_a_gradescope_results_file(batch, assignment):
                 "grader_version", "submission_sha256"} <= set(data)
         assert len(data["tests"]) == len(assignment.rubric.items) + len(assignment.rubric.questions)
         for test in items(data).values():
-            assert test["status"] in STATUSES and set(test["tags"]) <= TAGS
+            assert test["status"] in STATUSES and set(test["tags"]) <= set(assignment.rubric.tags)
             assert 0 <= test["score"] <= test["max_score"]
         # Gradescope's own schema: status only passed / failed, the state in extra_data.
         assert {t["status"] for t in data["tests"]} <= {"passed", "failed"}
@@ -173,3 +175,16 @@ def test_report_applies_ta_overrides_with_an_audit(batch):
 def test_grade_cli_exit_status_and_missing_path(tmp_path):
     assert main(["grade", str(tmp_path / "nope"), "--assignment", "linear_attention", "--out", str(tmp_path)]) == 2
     assert main(["grade", str(tmp_path), "--assignment", "no_such_assignment", "--out", str(tmp_path)]) == 2
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda raw: raw["items"][0].update(tags=["no-such-concern"]), "unknown tags ['no-such-concern']"),
+    (lambda raw: raw.pop("tags"), "`tags` must map"),
+    (lambda raw: raw["tags"].update(written="the pipeline's"), "`tags` must map"),
+])
+def test_the_rubric_declares_its_own_tag_vocabulary(tmp_path, change, words):
+    raw = yaml.safe_load((ROOT / "rubrics" / "linear_attention.yaml").read_text())
+    change(raw)
+    (tmp_path / "rubric.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(RubricError, match=re.escape(words)):
+        load_rubric(tmp_path / "rubric.yaml")

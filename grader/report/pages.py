@@ -33,6 +33,7 @@ from grader.pipeline import EXECUTED_NOTEBOOK, GRADER_ERRORS
 from grader.report.changes import read_changes
 from grader.report.integrity import similar_pairs
 from grader.report.overrides import OVERRIDES_FILE
+from grader.rubric import WRITTEN_TAG
 from grader.score import GradeResult, ItemResult
 from grader.written import USAGE_FILE, WRITTEN_INPUTS
 
@@ -106,8 +107,8 @@ def _submission_context(folder: Path, result: GradeResult) -> dict[str, Any]:
 def _items_context(result: GradeResult, shown: tuple[str, ...] | None) -> dict[str, Any]:
     items = [i for i in result.items if shown is None or i.visibility in shown]
     withheld = [i for i in result.items if i not in items]
-    return {"items": items, "checks": [i for i in items if "written" not in i.tags],
-            "written": [i for i in items if "written" in i.tags],
+    return {"items": items, "checks": [i for i in items if WRITTEN_TAG not in i.tags],
+            "written": [i for i in items if WRITTEN_TAG in i.tags],
             "shown_score": round(sum(i.score for i in items), 4),
             "shown_max": round(sum(i.max_score for i in items), 4),
             "withheld": len(withheld), "withheld_max": round(sum(i.max_score for i in withheld), 4),
@@ -184,7 +185,7 @@ def common_failures(results: list[GradeResult], limit: int = 12) -> list[tuple[s
     counts: Counter[tuple[str, str]] = Counter()
     for result in results:
         for item in result.items:
-            if item.status in ("failed", "error") and "written" not in item.tags:
+            if item.status in ("failed", "error") and WRITTEN_TAG not in item.tags:
                 lines = item.output.splitlines()
                 message = lines[1] if len(lines) > 1 else (lines[0] if lines else "")
                 counts[(item.title, _NUMBER.sub("#", message)[:200])] += 1

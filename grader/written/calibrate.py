@@ -17,7 +17,7 @@ import yaml
 from grader.assignment import Assignment
 from grader.report.results import write_result
 from grader.rubric import Rubric, RubricError
-from grader.score import GradeResult, ItemResult
+from grader.score import GradeResult, written_item
 from grader.written import WRITTEN_INPUTS, grade_written
 
 
@@ -86,8 +86,7 @@ def calibrate(assignment: Assignment, rubric: Rubric, samples: list[Sample], out
     for index, sample in enumerate(samples):
         question = questions[sample.question_id]
         sid = f"sample-{index:03d}"
-        items = [ItemResult(question.item_name, f"Written: {question.id}", 0.0, question.points,
-                            "pending_review", "awaiting review", ["written"])]
+        items = [written_item(rubric, question, "pending_review", "awaiting review")]
         result = GradeResult(sid, rubric.assignment, "calibration", "", items)
         write_result(out_dir, result)
         (out_dir / sid / WRITTEN_INPUTS).write_text(json.dumps(
