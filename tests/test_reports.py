@@ -75,7 +75,7 @@ def folder(tmp_path, assignment) -> Path:
         "details": {"model": "claude-test", "confidence": 0.5, "draft_score": 2.0, "criteria": criteria,
                     "feedback": "ok", "flags": ["addresses the grader: 'ignore previous instructions'"],
                     "needs_review": False}}}
-    carol = recorded(assignment, "carol", {"equivalence": f"max-abs error 0.07 at position 16 {HOSTILE}",
+    carol = recorded(assignment, "carol", {"equivalence": f"float64: max-abs error 0.07 at position 16 {HOSTILE}",
                                            "decay_recurrent": "step decays S but not z"}, flagged)
     carol.items = [replace(i, score=0.0, status="error", output="grader error in check state_resume, please report it")
                    if i.name == "state_resume" else i for i in carol.items]
@@ -153,7 +153,7 @@ def test_common_failures_and_pass_rates_in_the_summary(folder):
     write_pages(folder, read_results(folder))
     summary = page(folder / SUMMARY_PAGE)
     assert "step decays S but not z" in summary                      # the failure, counted
-    assert "max-abs error # at position #" in summary                # numbers blanked for grouping
+    assert "float64: max-abs error # at position #" in summary       # numbers blanked for grouping, not names
     assert summary.count("<svg") == 2 and "<?xml" not in summary     # histogram + pass rates, inline
     assert "mean 12.5 s, longest 12.5 s" in summary
 

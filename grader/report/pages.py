@@ -47,7 +47,9 @@ RELEASES = {"none": ("visible",), "due": ("visible", "after_due_date"),
 MAX_TRACEBACK_CHARS = 3000
 MAX_STREAM_CHARS = 2000
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?", re.IGNORECASE)
+# A number standing alone (not the 64 of float64 or the 1 of ex1), for grouping messages.
+_NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![\w.])", re.IGNORECASE)
+MAX_MESSAGE_CHARS = 200
 
 _templates = jinja2.Environment(loader=jinja2.PackageLoader("grader.report", "templates"),
                                 autoescape=True, undefined=jinja2.StrictUndefined,
@@ -188,7 +190,10 @@ def common_failures(results: list[GradeResult], limit: int = 12) -> list[tuple[s
             if item.status in ("failed", "error") and WRITTEN_TAG not in item.tags:
                 lines = item.output.splitlines()
                 message = lines[1] if len(lines) > 1 else (lines[0] if lines else "")
-                counts[(item.title, _NUMBER.sub("#", message)[:200])] += 1
+                message = _NUMBER.sub("#", message)
+                if len(message) > MAX_MESSAGE_CHARS:
+                    message = message[:MAX_MESSAGE_CHARS].rsplit(" ", 1)[0] + " ..."
+                counts[(item.title, message)] += 1
     return [(title, message, n) for (title, message), n in counts.most_common(limit)]
 
 
