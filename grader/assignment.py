@@ -64,7 +64,17 @@ class Assignment:
         return digest.hexdigest()
 
     def check_files(self) -> str | None:
-        """None when every file exists, else what is missing (the grader cannot run)."""
+        """None when every file exists and both notebooks declare the same scaffold cells, else
+        what is wrong (the grader cannot run)."""
         missing = [str(p) for p in (self.master_path, self.template_path, self.rubric_path)
                    if not p.is_file()]
-        return f"assignment {self.name!r} is missing {', '.join(missing)}" if missing else None
+        if missing:
+            return f"assignment {self.name!r} is missing {', '.join(missing)}"
+        try:
+            declared = [(s.cell_id, s.symbols) for s in cells.scaffolds(self.master)]
+            if not declared or declared != [(s.cell_id, s.symbols) for s in cells.scaffolds(self.template)]:
+                return (f"assignment {self.name!r}: the student notebook's scaffold cells differ from the "
+                        "master's (or there are none); regenerate it with `grader assign`")
+        except ValueError as exc:
+            return f"assignment {self.name!r}: {exc}"
+        return None

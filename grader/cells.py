@@ -4,7 +4,10 @@ A master notebook labels each code cell with ``metadata.tags``:
 
 ``provided``    code the assignment owns; students do not edit it and the grader always
                 runs its own copy.
-``scaffold``    the cell holding the class students complete (one per assignment).
+``scaffold``    a cell of code students write; ``metadata.g2c.symbols`` declares what they
+                own there: plain functions (``name``) or methods (``Class.method``). An
+                assignment has one or more. Everything else in a scaffold cell is the
+                grader's (a scaffold class's other members, for instance).
 ``question``    a written Question/Answer cell; ``metadata.g2c.question`` is its rubric id.
 ``instructor``  present in the master only; ``grader assign`` removes it.
 
@@ -31,6 +34,46 @@ def tags(cell: Any) -> list[str]:
     """The cell's tags (an empty list when the metadata holds none or junk)."""
     found = cell.get("metadata", {}).get("tags", [])
     return [t for t in found if isinstance(t, str)] if isinstance(found, list) else []
+
+
+@dataclass(frozen=True)
+class Scaffold:
+    """One scaffold cell of an assignment: its id and the symbols students write in it."""
+
+    cell_id: str
+    symbols: tuple[str, ...]
+
+    @property
+    def owners(self) -> tuple[str, ...]:
+        """The top-level names the cell defines: classes of ``Class.method`` symbols, functions."""
+        return tuple(dict.fromkeys(symbol.split(".")[0] for symbol in self.symbols))
+
+    def methods(self, owner: str) -> frozenset[str]:
+        """The methods of class ``owner`` that students write (empty for a function)."""
+        return frozenset(s.split(".", 1)[1] for s in self.symbols if s.startswith(f"{owner}."))
+
+    def definition(self, owner: str) -> str:
+        """How the owner is defined in code, for messages: ``class X`` or ``def f``."""
+        return f"{'class' if self.methods(owner) else 'def'} {owner}"
+
+
+def scaffolds(notebook: Any) -> list[Scaffold]:
+    """The notebook's scaffold cells with their declared symbols, in order.
+
+    Raises ValueError when a scaffold cell declares none, or a symbol is neither ``name``
+    nor ``Class.method``: the assignment itself is wrong, not a submission."""
+    found = []
+    for cell in notebook.get("cells", []):
+        if SCAFFOLD not in tags(cell):
+            continue
+        g2c = cell.get("metadata", {}).get("g2c", {})
+        symbols = g2c.get("symbols") if isinstance(g2c, dict) else None
+        if (not isinstance(symbols, list) or not symbols
+                or not all(isinstance(s, str) and re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)?", s) for s in symbols)):
+            raise ValueError(f"scaffold cell {cell.get('id')!r} declares no valid metadata.g2c.symbols "
+                             "(a list of 'function' or 'Class.method' names)")
+        found.append(Scaffold(str(cell.get("id")), tuple(symbols)))
+    return found
 
 
 def question_id(cell: Any) -> str | None:

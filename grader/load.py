@@ -17,9 +17,6 @@ import nbformat
 
 from grader import cells
 
-SCAFFOLD_CLASS = "LinearAttention"
-
-
 @dataclass
 class Submission:
     """A submission as loaded: the notebook (when readable) and what was found in it."""
@@ -30,7 +27,7 @@ class Submission:
     notebook: nbformat.NotebookNode | None = None
     fatal: str | None = None              # why nothing in this notebook can be graded
     notes: list[str] = field(default_factory=list)
-    scaffold_source: str | None = None    # the cell that defines the scaffold class
+    scaffold_sources: dict[str, str] = field(default_factory=dict)   # scaffold cell id -> the student's cell
     scaffold_problem: str | None = None   # why the scaffold cannot be graded
     answers: dict[str, cells.WrittenAnswer] = field(default_factory=dict)
     unchanged: set[str] = field(default_factory=set)   # answers still as the template has them
@@ -38,7 +35,8 @@ class Submission:
 
 def load_submission(path: Path, submission_id: str, template: nbformat.NotebookNode,
                     max_bytes: int) -> Submission:
-    """Read ``path``; ``template`` is the student notebook, used to match written questions."""
+    """Read ``path``; ``template`` is the student notebook: its scaffold cells declare what to
+    look for, its questions match the written answers."""
     size = path.stat().st_size
     with path.open("rb") as handle:
         data = handle.read(max_bytes + 1)
@@ -69,7 +67,7 @@ def load_submission(path: Path, submission_id: str, template: nbformat.NotebookN
     if sub.notebook is None:
         sub.fatal = sub.notes.pop()
         return sub
-    _find_scaffold(sub)
+    _find_scaffolds(sub, template)
     _find_answers(sub, template)
     return sub
 
@@ -105,42 +103,51 @@ def _to_notebook(raw: dict, notes: list[str]) -> nbformat.NotebookNode | None:
     return notebook
 
 
-def defined_classes(code: str) -> list[str] | None:
-    """Top-level class names a cell defines, or None when the cell is not valid Python."""
+def defined_names(code: str) -> list[str] | None:
+    """Top-level class and function names a cell defines, or None when it is not valid Python."""
     try:
         module = ast.parse(code)
     except SyntaxError:
         return None
-    return [node.name for node in module.body if isinstance(node, ast.ClassDef)]
+    return [node.name for node in module.body
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
-def _find_scaffold(sub: Submission) -> None:
-    """The scaffold is the cell defining ``class LinearAttention``; the last one wins, as in Python."""
+def _find_scaffolds(sub: Submission, template: nbformat.NotebookNode) -> None:
+    """For each scaffold cell the template declares, the submission's cell defining its
+    symbols' owners (classes or functions); the last one wins, as in Python. Found by what the
+    code defines, never by cell id or metadata, which editors strip."""
+    for scaffold in cells.scaffolds(template):
+        source, problem = _find_scaffold(sub, scaffold)
+        if problem:
+            sub.scaffold_problem = sub.scaffold_problem or problem
+        else:
+            sub.scaffold_sources[scaffold.cell_id] = source
+
+
+def _find_scaffold(sub: Submission, scaffold: cells.Scaffold) -> tuple[str, str | None]:
+    owner = scaffold.owners[0]
     candidates: list[tuple[int, str]] = []
     broken: list[int] = []
     for index, cell in enumerate(sub.notebook.cells):
         if cell.cell_type != "code":
             continue
         code = cells.source(cell)
-        names = defined_classes(code)
+        names = defined_names(code)
         if names is None:
-            if f"class {SCAFFOLD_CLASS}" in code:
+            if any(scaffold.definition(o) in code for o in scaffold.owners):
                 broken.append(index)
-            continue
-        if SCAFFOLD_CLASS in names:
+        elif set(scaffold.owners) & set(names):
             candidates.append((index, code))
     if not candidates:
         if broken:
-            sub.scaffold_problem = (f"the cell defining {SCAFFOLD_CLASS} (cell {broken[-1]}) "
-                                    "is not valid Python")
-        else:
-            sub.scaffold_problem = (f"no cell defines `class {SCAFFOLD_CLASS}`; restore the scaffold "
-                                    "cell from the assignment notebook and keep the class name")
-        return
+            return "", f"the cell defining {owner} (cell {broken[-1]}) is not valid Python"
+        return "", (f"no cell defines `{scaffold.definition(owner)}`; restore the scaffold "
+                    "cell from the assignment notebook and keep the name")
     if len(candidates) > 1:
-        sub.notes.append(f"{SCAFFOLD_CLASS} is defined in {len(candidates)} cells "
+        sub.notes.append(f"{owner} is defined in {len(candidates)} cells "
                          f"({', '.join(str(i) for i, _ in candidates)}); the last one is graded")
-    sub.scaffold_source = candidates[-1][1]
+    return candidates[-1][1], None
 
 
 def _find_answers(sub: Submission, template: nbformat.NotebookNode) -> None:

@@ -51,11 +51,12 @@ class SubmissionGrader:
                                      int(limits.notebook_max_mib * 2**20))
         notes = list(submission.notes)
         execution, execution_problem = None, submission.fatal
-        probe, probe_problem = None, submission.fatal or submission.scaffold_problem
+        probe, probe_problem = None, submission.fatal or (None if submission.scaffold_sources
+                                                          else submission.scaffold_problem)
         if submission.fatal is None:
             with tempfile.TemporaryDirectory(prefix=f"g2c-{_safe(submission_id)}-") as scratch:
                 execution = self._execute(submission, Path(scratch), notes)
-            if submission.scaffold_source is not None:
+            if submission.scaffold_sources:
                 with tempfile.TemporaryDirectory(prefix=f"g2c-{_safe(submission_id)}-probe-") as scratch:
                     probe, probe_problem = self._probe(submission, Path(scratch), notes)
         if submission.fatal is None:
@@ -68,8 +69,8 @@ class SubmissionGrader:
         if submission.fatal:
             notes.insert(0, f"This notebook could not be graded: {submission.fatal}")
         artifacts = {EXECUTED_NOTEBOOK: execution.executed_notebook} if execution and execution.executed_notebook else {}
-        if submission.scaffold_source is not None:
-            artifacts[SCAFFOLD_SOURCE] = submission.scaffold_source.encode()
+        if submission.scaffold_sources:
+            artifacts[SCAFFOLD_SOURCE] = "\n\n\n".join(submission.scaffold_sources.values()).encode()
         if submission.notebook is not None:
             artifacts[WRITTEN_INPUTS] = inputs_artifact(self.rubric, submission, context.answers)
         crashed = {name: v.internal for name, v in verdicts.items() if v.internal}
@@ -95,9 +96,7 @@ class SubmissionGrader:
     def _probe(self, submission: Submission, scratch: Path,
                notes: list[str]) -> tuple[ProbeResult | None, str | None]:
         try:
-            source, graft_notes = submission_module_source(
-                self.assignment.master, submission.scaffold_source,
-                self.checks.CLASS_NAME, self.checks.STUDENT_METHODS)
+            source, graft_notes = submission_module_source(self.assignment.master, submission.scaffold_sources)
         except GraftError as exc:
             return None, str(exc)
         notes.extend(graft_notes)

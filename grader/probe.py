@@ -1,9 +1,10 @@
 """Stage 3, probe: run the student's scaffold on grader-chosen inputs, inside the sandbox.
 
 The module the harness imports is built here from the grader's own copy of the provided
-code (the master notebook's ``provided`` cells) and only the student-written parts of the
-scaffold cell: the methods of their ``LinearAttention`` that the assignment leaves to them,
-plus their own helper imports and functions. Redefinitions of provided names are dropped.
+code (the master notebook's ``provided`` cells) and only the student-written parts of each
+scaffold cell: the symbols its metadata declares (functions, or methods of a class whose
+other members stay the grader's), plus their own helper imports and functions.
+Redefinitions of provided names are dropped.
 Outputs come back through the harness's supervisor (which never runs student code) as npy /
 JSON, and are read here with pickle disabled and size limits.
 """
@@ -145,9 +146,9 @@ def _find_class(tree: ast.Module, name: str) -> ast.ClassDef | None:
 
 
 def graft_scaffold(master_scaffold: str, student_scaffold: str, provided_names: set[str],
-                   class_name: str, student_methods: frozenset[str],
-                   provided_imports: dict[str, str] | None = None) -> tuple[str, list[str]]:
-    """The scaffold class with the grader's provided members and the student's own ones.
+                   scaffold: cells.Scaffold, provided_imports: dict[str, str] | None = None) -> tuple[str, list[str]]:
+    """One scaffold cell as the probe runs it: the student's declared symbols, inside the
+    grader's copy of each scaffold class (its other members), with the student's own helpers.
 
     Returns (source, notes). Student members named like a provided member are ignored, as
     are top-level statements that are not imports or definitions, and definitions or
@@ -155,15 +156,56 @@ def graft_scaffold(master_scaffold: str, student_scaffold: str, provided_names: 
     own imports bind, see ``_strip_provided_imports``).
     """
     master_tree = ast.parse(master_scaffold)
-    master_class = _find_class(master_tree, class_name)
     try:
         student_tree = ast.parse(student_scaffold)
     except SyntaxError as exc:
         raise GraftError(f"the scaffold cell is not valid Python: line {exc.lineno}: {exc.msg}") from exc
-    student_class = _find_class(student_tree, class_name)
-    if student_class is None:
-        raise GraftError(f"the scaffold cell does not define class {class_name}")
     notes: list[str] = []
+    classes = [owner for owner in scaffold.owners if scaffold.methods(owner)]
+    grafted = [_graft_class(_find_class(master_tree, name), _find_class(student_tree, name),
+                            scaffold.methods(name), notes) for name in classes]
+    defined = {n.name for n in student_tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    missing = [owner for owner in scaffold.owners if owner not in classes and owner not in defined]
+    if missing:
+        notes.append(f"the scaffold cell defines no {', '.join(missing)}")
+    extras = []
+    for node in student_tree.body:
+        if isinstance(node, ast.Expr) or (isinstance(node, ast.ClassDef) and node.name in classes):
+            continue
+        names = _top_level_names(ast.Module(body=[node], type_ignores=[]))
+        if not names or not isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef,
+                                              ast.ClassDef, ast.Assign, ast.AnnAssign)):
+            notes.append(f"scaffold cell line {node.lineno}: statement ignored by the grader")
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            line = node.lineno
+            node, rebound = _strip_provided_imports(node, provided_names, provided_imports or {})
+            if rebound == ["*"]:
+                notes.append(f"scaffold cell line {line}: a star import is ignored by the grader; "
+                             "import the names you use")
+            elif rebound:
+                notes.append(f"redefinition of provided {', '.join(rebound)} ignored; "
+                             "the grader uses its own copy")
+            if node is not None:
+                extras.append(node)
+            continue
+        clash = names & provided_names
+        if clash:
+            notes.append(f"redefinition of provided {', '.join(sorted(clash))} ignored; "
+                         "the grader uses its own copy")
+            continue
+        extras.append(node)
+    module = ast.Module(body=extras + grafted, type_ignores=[])
+    return ast.unparse(ast.fix_missing_locations(module)), notes
+
+
+def _graft_class(master_class: ast.ClassDef | None, student_class: ast.ClassDef | None,
+                 student_methods: frozenset[str], notes: list[str]) -> ast.ClassDef:
+    """The master's class with the student's methods (and own members) in place of its own."""
+    if master_class is None:
+        raise GraftError("the master notebook's scaffold cell lacks a class it declares")
+    if student_class is None:
+        raise GraftError(f"the scaffold cell does not define class {master_class.name}")
     provided_members = {_member_name(n) for n in master_class.body} - {None} - student_methods
     body = [n for n in master_class.body if _member_name(n) not in student_methods]
     for node in student_class.body:
@@ -181,64 +223,46 @@ def graft_scaffold(master_scaffold: str, student_scaffold: str, provided_names: 
         body.append(node)
     missing = student_methods - {_member_name(n) for n in student_class.body}
     if missing:
-        notes.append(f"{class_name} defines no {', '.join(sorted(missing))}")
-    extras = []
-    for node in student_tree.body:
-        if node is student_class or isinstance(node, ast.Expr):
-            continue
-        if isinstance(node, ast.ClassDef) and node.name == class_name:
-            continue
-        defined = _top_level_names(ast.Module(body=[node], type_ignores=[]))
-        if not defined or not isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef,
-                                                ast.ClassDef, ast.Assign, ast.AnnAssign)):
-            notes.append(f"scaffold cell line {node.lineno}: statement ignored by the grader")
-            continue
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            line = node.lineno
-            node, rebound = _strip_provided_imports(node, provided_names, provided_imports or {})
-            if rebound == ["*"]:
-                notes.append(f"scaffold cell line {line}: a star import is ignored by the grader; "
-                             "import the names you use")
-            elif rebound:
-                notes.append(f"redefinition of provided {', '.join(rebound)} ignored; "
-                             "the grader uses its own copy")
-            if node is not None:
-                extras.append(node)
-            continue
-        clash = defined & provided_names
-        if clash:
-            notes.append(f"redefinition of provided {', '.join(sorted(clash))} ignored; "
-                         "the grader uses its own copy")
-            continue
-        extras.append(node)
-    grafted = ast.ClassDef(name=class_name, bases=master_class.bases, keywords=master_class.keywords,
-                           body=body, decorator_list=[], type_params=[])
-    module = ast.Module(body=extras + [grafted], type_ignores=[])
-    return ast.unparse(ast.fix_missing_locations(module)), notes
+        notes.append(f"{master_class.name} defines no {', '.join(sorted(missing))}")
+    return ast.ClassDef(name=master_class.name, bases=master_class.bases, keywords=master_class.keywords,
+                        body=body, decorator_list=[], type_params=[])
 
 
-def submission_module_source(master: nbformat.NotebookNode, student_scaffold: str,
-                             class_name: str, student_methods: frozenset[str]) -> tuple[str, list[str]]:
-    """Provided cells of the master (in order) with the grafted scaffold in its place."""
-    parts: list[str] = []
+def submission_module_source(master: nbformat.NotebookNode,
+                             student_scaffolds: dict[str, str]) -> tuple[str, list[str]]:
+    """Provided cells of the master (in order) with each grafted scaffold cell in its place;
+    ``student_scaffolds`` maps each scaffold cell id to the student's cell."""
+    declared = {s.cell_id: s for s in cells.scaffolds(master)}
+    if not declared:
+        raise GraftError("the master notebook has no scaffold cell")
+    parts: list[str | cells.Scaffold] = []
     provided: list[str] = []
-    master_scaffold = None
+    masters: dict[str, str] = {}
     for cell in master.cells:
         if cell.cell_type != "code":
             continue
         if cells.SCAFFOLD in cells.tags(cell):
-            master_scaffold = cells.source(cell)
-            parts.append("")  # placeholder, filled once provided names are known
+            scaffold = declared[str(cell.get("id"))]
+            masters[scaffold.cell_id] = cells.source(cell)
+            parts.append(scaffold)  # filled once every provided name is known
         elif cells.PROVIDED in cells.tags(cell):
             provided.append(cells.source(cell))
             parts.append(cells.source(cell))
-    if master_scaffold is None:
-        raise GraftError("the master notebook has no scaffold cell")
     provided_names = set().union(*(_top_level_names(ast.parse(p)) for p in provided))
-    grafted, notes = graft_scaffold(master_scaffold, student_scaffold, provided_names,
-                                    class_name, student_methods, _provided_imports(provided))
-    parts[parts.index("")] = grafted
-    return "\n\n\n".join(parts) + "\n", notes
+    imports = _provided_imports(provided)
+    notes: list[str] = []
+    sources = []
+    for part in parts:
+        if isinstance(part, cells.Scaffold):
+            if part.cell_id not in student_scaffolds:   # load said why; the other cells are graded
+                notes.append(f"{', '.join(part.symbols)}: not found in the notebook, not graded")
+                sources.append("")
+                continue
+            part, graft_notes = graft_scaffold(masters[part.cell_id], student_scaffolds[part.cell_id],
+                                               provided_names, part, imports)
+            notes.extend(graft_notes)
+        sources.append(part)
+    return "\n\n\n".join(sources) + "\n", notes
 
 
 # ----------------------------------------------------------------------------- run

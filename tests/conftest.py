@@ -71,6 +71,12 @@ def scaffold_cell(master: nbformat.NotebookNode, written: str) -> str:
     return ast.unparse(ast.Module(body=helpers + tree.body, type_ignores=[]))
 
 
+def as_scaffolds(master: nbformat.NotebookNode, source: str) -> dict[str, str]:
+    """``source`` as the student's cell for the master's one scaffold cell, as load finds it."""
+    (scaffold,) = cells.scaffolds(master)
+    return {scaffold.cell_id: source}
+
+
 GRADESCOPE_SCHEMA = json.loads((Path(__file__).parent / "gradescope_results.schema.json").read_text())
 
 

@@ -27,7 +27,7 @@ import pytest
 
 from grader import cells, cli
 from grader.execute import prepare_notebook
-from grader.load import SCAFFOLD_CLASS, load_submission
+from grader.load import load_submission
 from grader.score import score_items
 
 from conftest import finish_all
@@ -152,7 +152,7 @@ def grader_view(path: Path, assignment, max_bytes: int) -> dict:
     """What the grader decides about the notebook, in the terms check.py reports."""
     sub = load_submission(path, "case", assignment.template, max_bytes)
     view = {"fatal": sub.fatal, "notes": sub.notes, "scaffold_problem": sub.scaffold_problem,
-            "scaffold": sub.scaffold_source}
+            "scaffold": next(iter(sub.scaffold_sources.values()), None)}
     if sub.notebook is None:
         return view
     replaced: list[str] = []
@@ -230,7 +230,9 @@ def test_fingerprints_match_the_shipped_notebook(assignment):
 
 
 def test_constants_match_the_grader(assignment):
-    assert check.SCAFFOLD_CLASS == SCAFFOLD_CLASS
+    (scaffold,) = cells.scaffolds(assignment.template)   # what the grader looks for
+    assert (check.SCAFFOLD_CLASS,) == scaffold.owners
+    assert check.SCAFFOLD_METHODS == tuple(s.split(".")[1] for s in scaffold.symbols)
     assert check.NOTEBOOK_MAX_BYTES == int(assignment.rubric.limits.notebook_max_mib * 2**20)
     scaffold = next(c for c in assignment.template.cells if cells.SCAFFOLD in cells.tags(c))
     todo = [node.name for cls in ast.parse(cells.source(scaffold)).body if isinstance(cls, ast.ClassDef)

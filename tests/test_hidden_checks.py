@@ -22,7 +22,7 @@ from grader.checks import linear_attention as checks
 from grader.checks.linear_attention import items, model
 from grader.probe import run_probe, submission_module_source
 
-from conftest import SCAFFOLDS, scaffold_cell
+from conftest import SCAFFOLDS, as_scaffolds, scaffold_cell
 from probe_in_process import probe_in_process
 
 CORRECT = sorted(p.stem for p in SCAFFOLDS.glob("correct_*.py"))
@@ -64,8 +64,8 @@ def _context(assignment: Assignment, probe) -> CheckContext:
 def grade_in_process(name: str) -> dict[str, Verdict]:
     """One scaffold through the harness's case code (in this process) and the real checks."""
     assignment = Assignment("linear_attention")
-    source, _ = submission_module_source(assignment.master, scaffold_cell(
-        assignment.master, (SCAFFOLDS / f"{name}.py").read_text()), checks.CLASS_NAME, checks.STUDENT_METHODS)
+    source, _ = submission_module_source(assignment.master, as_scaffolds(assignment.master, scaffold_cell(
+        assignment.master, (SCAFFOLDS / f"{name}.py").read_text())))
     probe = probe_in_process(source, checks.probe_cases(assignment.rubric))
     verdicts = checks.evaluate(_context(assignment, probe))
     return {item: verdicts[item] for item in checks.SCAFFOLD_ITEMS}
@@ -154,8 +154,8 @@ def test_a_crashing_check_errors_its_own_item_only(assignment, monkeypatch):
     def broken(evidence):
         raise ValueError("attempt to get argmax of an empty sequence")
     monkeypatch.setitem(items.SCAFFOLD_CHECKS, "state_resume", broken)
-    source, _ = submission_module_source(assignment.master, scaffold_cell(assignment.master, (
-        SCAFFOLDS / "correct_einsum.py").read_text()), checks.CLASS_NAME, checks.STUDENT_METHODS)
+    source, _ = submission_module_source(assignment.master, as_scaffolds(assignment.master, scaffold_cell(
+        assignment.master, (SCAFFOLDS / "correct_einsum.py").read_text())))
     verdicts = checks.evaluate(_context(assignment, probe_in_process(source, checks.probe_cases(assignment.rubric))))
     crashed = verdicts["state_resume"]
     assert crashed.status == "error" and "grader error in check state_resume" in crashed.message
@@ -203,8 +203,8 @@ def _probe_sandboxed(assignment, sandbox, source: str):
 def sandboxed(assignment, sandbox) -> dict[str, dict[str, Verdict]]:
     # Only the sandboxed runs go in threads: CPython 3.11's parser and compiler are not
     # thread-safe ("AST constructor recursion depth mismatch").
-    sources = [submission_module_source(assignment.master, scaffold_cell(assignment.master, (
-        SCAFFOLDS / f"{name}.py").read_text()), checks.CLASS_NAME, checks.STUDENT_METHODS)[0] for name in SANDBOXED]
+    sources = [submission_module_source(assignment.master, as_scaffolds(assignment.master, scaffold_cell(
+        assignment.master, (SCAFFOLDS / f"{name}.py").read_text())))[0] for name in SANDBOXED]
     with ThreadPoolExecutor(max_workers=2) as pool:
         probes = list(pool.map(lambda s: _probe_sandboxed(assignment, sandbox, s), sources))
     graded = {}
@@ -227,5 +227,5 @@ def test_the_graft_keeps_class_attributes_bound_together(assignment):
                "    decay, _mine = 0.5, 1\n"
                "    def forward(self, x):\n"
                "        return x\n")
-    source, _ = submission_module_source(assignment.master, student, checks.CLASS_NAME, checks.STUDENT_METHODS)
+    source, _ = submission_module_source(assignment.master, as_scaffolds(assignment.master, student))
     assert "_keys, _values = ([], [])" in source and "decay, _mine" not in source

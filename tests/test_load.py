@@ -25,7 +25,7 @@ def master_json(assignment) -> dict:
 def test_master_loads_with_scaffold_and_all_answers(tmp_path, assignment):
     sub = load(tmp_path, assignment, nbformat.writes(assignment.master).encode())
     assert sub.fatal is None and sub.scaffold_problem is None
-    assert "def forward" in sub.scaffold_source
+    assert "def forward" in sub.scaffold_sources["linear-attention"]
     assert set(sub.answers) == {q.id for q in assignment.rubric.questions}
     assert not any(a.is_blank for a in sub.answers.values())
 
@@ -81,7 +81,7 @@ def test_duplicated_scaffold_uses_the_last_with_a_note(tmp_path, assignment):
     extra = nbformat.v4.new_code_cell(cells.source(scaffold) + "\n# second copy\n")
     notebook.cells.append(extra)
     sub = load(tmp_path, assignment, nbformat.writes(notebook).encode())
-    assert sub.scaffold_source.endswith("# second copy\n")
+    assert sub.scaffold_sources["linear-attention"].endswith("# second copy\n")
     assert any("defined in 2 cells" in n for n in sub.notes)
 
 

@@ -185,7 +185,7 @@ def find_scaffold(findings: Findings) -> None:
                                          "is not valid Python")
         else:
             findings.scaffold_problem = (f"no cell defines `class {SCAFFOLD_CLASS}`; restore the scaffold "
-                                         "cell from the assignment notebook and keep the class name")
+                                         "cell from the assignment notebook and keep the name")
         return
     if len(candidates) > 1:
         findings.notes.append(f"{SCAFFOLD_CLASS} is defined in {len(candidates)} cells "

@@ -19,8 +19,6 @@ from grader.checks.linear_attention.items import SCAFFOLD_CHECKS, Evidence
 from grader.probe import ProbeCase
 from grader.rubric import Rubric
 
-STUDENT_METHODS = frozenset({"forward", "step"})
-CLASS_NAME = "LinearAttention"
 SCAFFOLD_ITEMS = ("scaffold_present", *SCAFFOLD_CHECKS, "hybrid_lm")
 
 
@@ -47,7 +45,7 @@ def evaluate(context: CheckContext) -> dict[str, Verdict]:
         reason = context.probe_problem if probe is None else f"importing your code failed: {probe.import_error}"
         return {**{name: Verdict("error", reason) for name in SCAFFOLD_ITEMS}, **decide(checks)}
     evidence = Evidence(context, probe_cases(context.rubric))
-    checks["scaffold_present"] = lambda: Verdict("passed", f"the {CLASS_NAME} scaffold imports")
+    checks["scaffold_present"] = lambda: Verdict("passed", "the LinearAttention scaffold imports")
     checks.update({name: partial(check, evidence) for name, check in SCAFFOLD_CHECKS.items()})
     checks["hybrid_lm"] = partial(check_hybrid, evidence)
     return decide(checks)
