@@ -1,8 +1,9 @@
 """Grade a folder of submissions: discovery, parallel workers, resume, progress.
 
 Results are written as each submission finishes. A submission whose results.json already
-carries the current cache key (same notebook bytes, grader version, assignment files and
-limits) is not executed again, so an interrupted batch resumes where it stopped.
+carries the current cache key (same notebook and package file bytes, grader version,
+assignment files and limits) is not executed again, so an interrupted batch resumes where it
+stopped.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import multiprocessing
 import os
 import sys
 import traceback
+from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +20,7 @@ from typing import TextIO
 
 from grader import __version__
 from grader.assignment import Assignment
-from grader.load import sha256_file
+from grader.load import package_files, submission_files, submission_sha256
 from grader.pipeline import GRADER_ERROR_NOTE, GRADER_ERRORS, SubmissionGrader
 from grader.report.results import RESULTS_FILE, write_result
 from grader.report.terminal import RunProgress
@@ -30,12 +32,14 @@ from grader.score import GradeResult, ItemResult, result_from_json, written_item
 @dataclass(frozen=True)
 class SubmissionPath:
     submission_id: str
-    path: Path | None          # None when the folder holds no single notebook
-    problem: str | None = None
+    path: Path | None          # the notebook; None when there is none
+    problem: str | None = None  # why the submission cannot be graded at all
+    folder: Path | None = None  # a ``<id>/`` folder, which may hold package files; None for a lone notebook
 
 
-def discover(paths: list[Path]) -> list[SubmissionPath]:
-    """A notebook, or a folder of ``<id>.ipynb`` files and ``<id>/`` folders of one notebook each."""
+def discover(paths: list[Path], package_files: Sequence[str] = ()) -> list[SubmissionPath]:
+    """A notebook, or a folder of ``<id>.ipynb`` files and ``<id>/`` folders, each holding one
+    notebook and/or ``package_files`` (the assignment's, relative to ``<id>/``)."""
     found: list[SubmissionPath] = []
     for path in paths:
         if path.is_file():
@@ -50,8 +54,9 @@ def discover(paths: list[Path]) -> list[SubmissionPath]:
                 found.append(SubmissionPath(entry.stem, entry))
             elif entry.is_dir():
                 notebooks = sorted(p for p in entry.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
-                if len(notebooks) == 1:
-                    found.append(SubmissionPath(entry.name, notebooks[0]))
+                packaged = any((entry / name).is_file() for name in package_files)
+                if len(notebooks) == 1 or (packaged and not notebooks):
+                    found.append(SubmissionPath(entry.name, notebooks[0] if notebooks else None, folder=entry))
                 else:
                     problem = ("the folder holds no .ipynb notebook" if not notebooks else
                                f"the folder holds {len(notebooks)} notebooks; submit exactly one")
@@ -82,7 +87,7 @@ def _init_worker(assignment: Assignment, sandbox: Sandbox, rubric: Rubric) -> No
 
 def _grade_in_worker(submission: SubmissionPath, out_dir: Path) -> GradeResult:
     try:
-        result = _worker.grade(submission.path, submission.submission_id)
+        result = _worker.grade(submission.path, submission.submission_id, submission.folder)
     except Exception:  # a grader bug must not take the batch down; the traceback is kept
         detail = traceback.format_exc()
         result = unreadable_result(submission, _worker.rubric,
@@ -106,16 +111,18 @@ def grade_batch(submissions: list[SubmissionPath], assignment: Assignment, sandb
     """Grade everything not already graded with the current cache key; returns all results."""
     out_dir.mkdir(parents=True, exist_ok=True)
     key_for = SubmissionGrader(assignment, sandbox, rubric).cache_key
+    declared = package_files(assignment.template)
     results: list[GradeResult] = []
     todo: list[SubmissionPath] = []
     for submission in submissions:
-        if submission.path is None:
-            result = unreadable_result(submission, rubric, submission.problem or "no notebook")
+        if submission.problem:
+            result = unreadable_result(submission, rubric, submission.problem)
             write_result(out_dir, result)
             results.append(result)
             continue
         previous = _previous_result(out_dir, submission.submission_id)
-        if (previous is not None and previous.cache_key == key_for(sha256_file(submission.path))
+        digest = submission_sha256(submission_files(submission.path, submission.folder, declared))
+        if (previous is not None and previous.cache_key == key_for(digest)
                 and not any(GRADER_ERROR_NOTE in note for note in previous.notes)):
             results.append(previous)
         else:

@@ -8,6 +8,12 @@ A master notebook labels each code cell with ``metadata.tags``:
                 own there: plain functions (``name``) or methods (``Class.method``). An
                 assignment has one or more. Everything else in a scaffold cell is the
                 grader's (a scaffold class's other members, for instance).
+                ``metadata.g2c.package_file`` optionally names the file of the course's
+                package that holds the same code (``g2c/<module>/<file>.py``, say),
+                which a submission folder may hold instead of, or beside, the notebook cell.
+``demo``        with ``provided``: code that runs an experiment on the student's functions
+                (its results feed the answer variables). The notebook run executes the
+                grader's copy; the module the probe imports leaves it out.
 ``question``    a written Question/Answer cell; ``metadata.g2c.question`` is its rubric id.
 ``instructor``  present in the master only; ``grader assign`` removes it.
 
@@ -23,6 +29,7 @@ from typing import Any
 
 PROVIDED = "provided"
 SCAFFOLD = "scaffold"
+DEMO = "demo"
 QUESTION = "question"
 INSTRUCTOR = "instructor"
 
@@ -38,10 +45,12 @@ def tags(cell: Any) -> list[str]:
 
 @dataclass(frozen=True)
 class Scaffold:
-    """One scaffold cell of an assignment: its id and the symbols students write in it."""
+    """One scaffold cell of an assignment: its id, the symbols students write in it and the
+    package file that may hold them instead (a relative posix path, None when there is none)."""
 
     cell_id: str
     symbols: tuple[str, ...]
+    package_file: str | None = None
 
     @property
     def owners(self) -> tuple[str, ...]:
@@ -60,8 +69,9 @@ class Scaffold:
 def scaffolds(notebook: Any) -> list[Scaffold]:
     """The notebook's scaffold cells with their declared symbols, in order.
 
-    Raises ValueError when a scaffold cell declares none, or a symbol is neither ``name``
-    nor ``Class.method``: the assignment itself is wrong, not a submission."""
+    Raises ValueError when a scaffold cell declares none, a symbol is neither ``name`` nor
+    ``Class.method``, or its package file is not a relative path inside the submission folder:
+    the assignment itself is wrong, not a submission."""
     found = []
     for cell in notebook.get("cells", []):
         if SCAFFOLD not in tags(cell):
@@ -72,8 +82,18 @@ def scaffolds(notebook: Any) -> list[Scaffold]:
                 or not all(isinstance(s, str) and re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)?", s) for s in symbols)):
             raise ValueError(f"scaffold cell {cell.get('id')!r} declares no valid metadata.g2c.symbols "
                              "(a list of 'function' or 'Class.method' names)")
-        found.append(Scaffold(str(cell.get("id")), tuple(symbols)))
+        package_file = g2c.get("package_file")
+        if package_file is not None and not _inside_folder(package_file):
+            raise ValueError(f"scaffold cell {cell.get('id')!r}: metadata.g2c.package_file {package_file!r} is not "
+                             "a relative posix path without '..' (like 'g2c/module/file.py')")
+        found.append(Scaffold(str(cell.get("id")), tuple(symbols), package_file))
     return found
+
+
+def _inside_folder(path: object) -> bool:
+    """A relative posix path naming a file inside the folder it is read from: no leading '/',
+    no '..', '.' or empty parts, no backslashes."""
+    return isinstance(path, str) and "\\" not in path and all(p not in ("", ".", "..") for p in path.split("/"))
 
 
 def question_id(cell: Any) -> str | None:

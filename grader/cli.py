@@ -16,6 +16,7 @@ from pathlib import Path
 from grader import assign
 from grader.assignment import PROJECT_ROOT, Assignment
 from grader.batch import default_workers, discover, grade_batch
+from grader.load import package_files
 from grader.pipeline import GRADER_ERRORS
 from grader.report.changes import record_changes
 from grader.report.export import ExportError, export_canvas
@@ -87,7 +88,7 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     sandbox = make_sandbox(rubric.limits, args.allow_unsandboxed, args.isolation,
                            [*_hidden_paths(assignment), Path(args.out), *map(Path, args.paths)])
     try:
-        submissions = discover([Path(p) for p in args.paths])
+        submissions = discover([Path(p) for p in args.paths], package_files(assignment.template))
     except (FileNotFoundError, ValueError) as exc:
         raise CommandError(str(exc)) from exc
     out_dir = Path(args.out)
@@ -227,7 +228,7 @@ def _add_release_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_grading_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--assignment", required=True, help="assignment name, e.g. linear_attention")
+    parser.add_argument("--assignment", required=True, help="assignment name: rubrics/NAME.yaml, solutions/NAME/, assignments/NAME/")
     parser.add_argument("--allow-unsandboxed", action="store_true",
                         help="run student code without bubblewrap when it is unusable (unsafe)")
     parser.add_argument("--isolation", choices=("auto", *ISOLATION_LEVELS), default="auto",
@@ -296,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_cmd_validate)
 
     p = commands.add_parser("gradescope-bundle", help="autograder.zip for a Gradescope programming assignment")
-    p.add_argument("--assignment", required=True, help="assignment name, e.g. linear_attention")
+    p.add_argument("--assignment", required=True, help="assignment name: rubrics/NAME.yaml, solutions/NAME/, assignments/NAME/")
     p.add_argument("--out", default="autograder.zip", help="target path (default ./autograder.zip)")
     p.set_defaults(run=_cmd_gradescope_bundle)
 

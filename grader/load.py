@@ -1,8 +1,10 @@
-"""Stage 1, load: read a submitted notebook and find what the grader needs in it.
+"""Stage 1, load: read a submission, its notebook and/or the package files its scaffold cells
+declare (``metadata.g2c.package_file``), and find what the grader needs in them.
 
 Nothing here executes student code. Every problem becomes a readable reason on the
-``Submission`` (``fatal`` when nothing can be graded, ``notes`` otherwise) instead of an
-exception, so one broken notebook never stops a batch.
+``Submission`` (``fatal`` when the notebook cannot be graded, ``scaffold_problem`` when a
+scaffold cannot, ``notes`` otherwise) instead of an exception, so one broken submission never
+stops a batch.
 """
 from __future__ import annotations
 
@@ -10,66 +12,82 @@ import ast
 import copy
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import nbformat
 
 from grader import cells
+from grader.graft import provided_names
+from grader.untrusted import read_bytes
 
 @dataclass
 class Submission:
-    """A submission as loaded: the notebook (when readable) and what was found in it."""
+    """A submission as loaded: the notebook (when readable) and what was found in it and in the
+    package files."""
 
     submission_id: str
-    path: Path
-    sha256: str
+    path: Path | None                     # the notebook; None when the submission holds only package files
+    sha256: str                           # of every file graded, see ``submission_sha256``
     notebook: nbformat.NotebookNode | None = None
-    fatal: str | None = None              # why nothing in this notebook can be graded
+    fatal: str | None = None              # why the notebook cannot be graded (a package file still is)
     notes: list[str] = field(default_factory=list)
-    scaffold_sources: dict[str, str] = field(default_factory=dict)   # scaffold cell id -> the student's cell
-    scaffold_problem: str | None = None   # why the scaffold cannot be graded
+    scaffold_sources: dict[str, str] = field(default_factory=dict)   # scaffold cell id -> the student's code
+    scaffold_problem: str | None = None   # why a scaffold cannot be graded
+    package_scaffolds: dict[str, str] = field(default_factory=dict)  # scaffold cell id -> its package file
+    replaced_cells: dict[str, int] = field(default_factory=dict)     # scaffold cell id -> notebook cell it replaces
+    sources: dict[str, Any] = field(default_factory=dict)   # which file each part came from (package-style only)
     answers: dict[str, cells.WrittenAnswer] = field(default_factory=dict)
     unchanged: set[str] = field(default_factory=set)   # answers still as the template has them
 
 
-def load_submission(path: Path, submission_id: str, template: nbformat.NotebookNode,
-                    max_bytes: int) -> Submission:
-    """Read ``path``; ``template`` is the student notebook: its scaffold cells declare what to
-    look for, its questions match the written answers."""
-    size = path.stat().st_size
-    with path.open("rb") as handle:
-        data = handle.read(max_bytes + 1)
-    sub = Submission(submission_id, path, hashlib.sha256(data).hexdigest())
-    if size > max_bytes:
-        sub.sha256 = sha256_file(path)
-        sub.fatal = (f"the notebook is {size / 2**20:.1f} MiB, over the {max_bytes / 2**20:.0f} MiB "
-                     "limit; clear large outputs (Kernel > Restart & Clear Output) and resubmit")
-        return sub
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        sub.fatal = f"the file is not UTF-8 text (byte {exc.start}); is it really a .ipynb notebook?"
-        return sub
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        sub.fatal = f"the file is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
-        return sub
-    if not isinstance(raw, dict) or not isinstance(raw.get("cells"), list):
-        sub.fatal = "the JSON is not a Jupyter notebook (no list of cells)"
-        return sub
-    if raw.get("nbformat") != 4:
-        sub.fatal = (f"unsupported notebook format {raw.get('nbformat')!r}; "
-                     "save the notebook with Jupyter (nbformat 4)")
-        return sub
-    sub.notebook = _to_notebook(raw, sub.notes)
-    if sub.notebook is None:
-        sub.fatal = sub.notes.pop()
-        return sub
-    _find_scaffolds(sub, template)
-    _find_answers(sub, template)
+def load_submission(path: Path | None, submission_id: str, template: nbformat.NotebookNode,
+                    max_bytes: int, folder: Path | None = None) -> Submission:
+    """Read the notebook ``path`` (None when there is none) and, from ``folder`` (the submission's
+    folder; None for a lone notebook), the package files of ``template``'s scaffold cells.
+    ``template`` is the student notebook: its scaffold cells declare what to look for, its
+    questions match the written answers. A package file holds its scaffold instead of the
+    notebook, so a submission graded from it needs no readable notebook for that part."""
+    files = submission_files(path, folder, package_files(template))
+    sub = Submission(submission_id, path, submission_sha256(files))
+    if path is None:
+        sub.fatal = (f"the submission has no notebook (.ipynb), only {', '.join(sorted(files))}; "
+                     "the exercises and the written answers are graded from the notebook")
+    else:
+        _read_notebook(sub, path, max_bytes)
+    _find_scaffolds(sub, template, files, folder, max_bytes)
+    if sub.notebook is not None:
+        _find_answers(sub, template)
+    if sub.package_scaffolds:
+        _record_sources(sub, template, None if path is None else _relative(path, folder))
     return sub
+
+
+def package_files(template: nbformat.NotebookNode) -> list[str]:
+    """The package files the assignment's scaffold cells declare (relative to a submission folder)."""
+    return [s.package_file for s in cells.scaffolds(template) if s.package_file]
+
+
+def submission_files(notebook: Path | None, folder: Path | None, declared: Iterable[str]) -> dict[str, Path]:
+    """Everything graded, by its path relative to the submission folder (a lone notebook: its
+    name): the notebook and each ``declared`` package file that the folder holds."""
+    files = {} if notebook is None else {_relative(notebook, folder): notebook}
+    if folder is not None:
+        files.update({name: folder / name for name in declared if (folder / name).is_file()})
+    return files
+
+
+def submission_sha256(files: dict[str, Path]) -> str:
+    """The digest results, caches and overrides follow. One file (a plain notebook): its own
+    sha256, the digest a notebook always had, so earlier results stay valid. Several: the sha256
+    of their sorted ``relative path NUL sha256 LF`` lines, so changing, adding, removing or
+    moving any one of them changes it."""
+    if len(files) == 1:
+        return sha256_file(next(iter(files.values())))
+    lines = "".join(f"{name}\0{sha256_file(files[name])}\n" for name in sorted(files))
+    return hashlib.sha256(lines.encode()).hexdigest()
 
 
 def sha256_file(path: Path) -> str:
@@ -78,6 +96,39 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: handle.read(2**20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def _relative(path: Path, folder: Path | None) -> str:
+    return path.relative_to(folder).as_posix() if folder is not None else path.name
+
+
+def _read_notebook(sub: Submission, path: Path, max_bytes: int) -> None:
+    """``sub.notebook``, or ``sub.fatal`` saying why the file is not a notebook the grader can read."""
+    size = path.stat().st_size
+    if size > max_bytes:
+        sub.fatal = (f"the notebook is {size / 2**20:.1f} MiB, over the {max_bytes / 2**20:.0f} MiB "
+                     "limit; clear large outputs (Kernel > Restart & Clear Output) and resubmit")
+        return
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        sub.fatal = f"the file is not UTF-8 text (byte {exc.start}); is it really a .ipynb notebook?"
+        return
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        sub.fatal = f"the file is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+        return
+    if not isinstance(raw, dict) or not isinstance(raw.get("cells"), list):
+        sub.fatal = "the JSON is not a Jupyter notebook (no list of cells)"
+        return
+    if raw.get("nbformat") != 4:
+        sub.fatal = (f"unsupported notebook format {raw.get('nbformat')!r}; "
+                     "save the notebook with Jupyter (nbformat 4)")
+        return
+    sub.notebook = _to_notebook(raw, sub.notes)
+    if sub.notebook is None:
+        sub.fatal = sub.notes.pop()
 
 
 def _to_notebook(raw: dict, notes: list[str]) -> nbformat.NotebookNode | None:
@@ -113,23 +164,37 @@ def defined_names(code: str) -> list[str] | None:
             if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
-def _find_scaffolds(sub: Submission, template: nbformat.NotebookNode) -> None:
-    """For each scaffold cell the template declares, the submission's cell defining its
-    symbols' owners (classes or functions); the last one wins, as in Python. Found by what the
-    code defines, never by cell id or metadata, which editors strip."""
+def _find_scaffolds(sub: Submission, template: nbformat.NotebookNode, files: dict[str, Path],
+                    folder: Path | None, max_bytes: int) -> None:
+    """For each scaffold cell the template declares, the student's code for it: its package file
+    when the submission holds one (it wins over the notebook, with a note), else the notebook's
+    cell defining its symbols' owners (classes or functions); the last one wins, as in Python.
+    Found by what the code defines, never by cell id or metadata, which editors strip."""
     for scaffold in cells.scaffolds(template):
-        source, problem = _find_scaffold(sub, scaffold)
+        if scaffold.package_file in files:
+            sub.package_scaffolds[scaffold.cell_id] = scaffold.package_file
+            source, problem = _package_scaffold(folder, scaffold, provided_names(template), max_bytes)
+            defining = [] if sub.notebook is None else _defining_cells(sub.notebook, scaffold)[0]
+            if defining:
+                sub.replaced_cells[scaffold.cell_id] = defining[-1]
+                sub.notes.append(f"{', '.join(scaffold.owners)} is in {scaffold.package_file} and in the notebook "
+                                 f"(cell {defining[-1]}): the package file wins, the notebook's cell is not graded")
+        elif sub.notebook is not None:
+            source, problem = _find_scaffold(sub, scaffold)
+        else:
+            continue   # no notebook: ``fatal`` says so
         if problem:
             sub.scaffold_problem = sub.scaffold_problem or problem
         else:
             sub.scaffold_sources[scaffold.cell_id] = source
 
 
-def _find_scaffold(sub: Submission, scaffold: cells.Scaffold) -> tuple[str, str | None]:
-    owner = scaffold.owners[0]
-    candidates: list[tuple[int, str]] = []
+def _defining_cells(notebook: nbformat.NotebookNode, scaffold: cells.Scaffold) -> tuple[list[int], list[int]]:
+    """The code cells that define one of the scaffold's owners, and those that mention one's
+    definition but are not valid Python."""
+    defining: list[int] = []
     broken: list[int] = []
-    for index, cell in enumerate(sub.notebook.cells):
+    for index, cell in enumerate(notebook.cells):
         if cell.cell_type != "code":
             continue
         code = cells.source(cell)
@@ -138,16 +203,87 @@ def _find_scaffold(sub: Submission, scaffold: cells.Scaffold) -> tuple[str, str 
             if any(scaffold.definition(o) in code for o in scaffold.owners):
                 broken.append(index)
         elif set(scaffold.owners) & set(names):
-            candidates.append((index, code))
-    if not candidates:
+            defining.append(index)
+    return defining, broken
+
+
+def _find_scaffold(sub: Submission, scaffold: cells.Scaffold) -> tuple[str, str | None]:
+    owner = scaffold.owners[0]
+    defining, broken = _defining_cells(sub.notebook, scaffold)
+    if not defining:
         if broken:
             return "", f"the cell defining {owner} (cell {broken[-1]}) is not valid Python"
         return "", (f"no cell defines `{scaffold.definition(owner)}`; restore the scaffold "
                     "cell from the assignment notebook and keep the name")
-    if len(candidates) > 1:
-        sub.notes.append(f"{owner} is defined in {len(candidates)} cells "
-                         f"({', '.join(str(i) for i, _ in candidates)}); the last one is graded")
-    return candidates[-1][1], None
+    if len(defining) > 1:
+        sub.notes.append(f"{owner} is defined in {len(defining)} cells "
+                         f"({', '.join(map(str, defining))}); the last one is graded")
+    return cells.source(sub.notebook.cells[defining[-1]]), None
+
+
+def _package_scaffold(folder: Path, scaffold: cells.Scaffold, provided: set[str],
+                      max_bytes: int) -> tuple[str, str | None]:
+    """The package file's code as its notebook cell's (see ``_as_cell``), or why it cannot be
+    graded. It is parsed here, never run: the probe and the notebook run it in the sandbox."""
+    name, owner = scaffold.package_file, scaffold.owners[0]
+    path = folder / name
+    size = path.stat().st_size
+    if size > max_bytes:
+        return "", f"{name} is {size / 2**20:.1f} MiB, over the {max_bytes / 2**20:.0f} MiB limit"
+    data = read_bytes(path, folder, max_bytes)
+    if data is None:
+        return "", f"{name} is not a regular file inside the submission folder (a link?); submit the file itself"
+    try:
+        code = data.decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")
+    except UnicodeDecodeError as exc:
+        return "", f"{name} is not UTF-8 text (byte {exc.start}); save it as UTF-8"
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as exc:
+        return "", f"{name} is not valid Python: line {exc.lineno}: {exc.msg}"
+    except ValueError as exc:   # a null byte
+        return "", f"{name} is not valid Python: {exc}"
+    if not set(scaffold.owners) & set(defined_names(code)):
+        return "", f"{name} defines no `{scaffold.definition(owner)}`; keep the name the assignment gives"
+    return _as_cell(code, tree, name.split("/")[0], provided), None
+
+
+def _as_cell(code: str, tree: ast.Module, package: str, provided: set[str]) -> str:
+    """A package file's code as the scaffold cell of a notebook. Its imports of provided names
+    from the course package (``from g2c.nn import Module``, or relative ones) become comments:
+    the grader's provided code defines those names, under the master notebook's names.
+    Everything else stays as written, at its line number, so the graft and
+    the notebook run treat the file as a notebook cell; an import of anything else from the
+    course package fails there as it would in a cell. Only imports alone on their lines are
+    rewritten."""
+    lines = code.split("\n")
+    for node, following in zip(tree.body, [*tree.body[1:], None]):
+        if (not isinstance(node, ast.ImportFrom) or node.col_offset
+                or (following is not None and following.lineno <= node.end_lineno)):
+            continue
+        if node.level or (node.module or "").split(".")[0] == package:
+            kept = [a for a in node.names if (a.asname or a.name) not in provided]
+            why = "the grader's provided code defines " + ", ".join(
+                a.asname or a.name for a in node.names if a not in kept)
+        else:
+            continue
+        if len(kept) == len(node.names):
+            continue
+        first = (f"{ast.unparse(ast.ImportFrom(node.module, kept, node.level))}  # {why}" if kept
+                 else f"# {ast.unparse(node)}  ({why})")
+        lines[node.lineno - 1: node.end_lineno] = [first] + [""] * (node.end_lineno - node.lineno)
+    return "\n".join(lines)
+
+
+def _record_sources(sub: Submission, template: nbformat.NotebookNode, notebook: str | None) -> None:
+    """Which file each part was graded from: a line of the notes and ``sub.sources``."""
+    scaffolds = {s.cell_id: s for s in cells.scaffolds(template)}
+    origin = {cell_id: sub.package_scaffolds.get(cell_id, notebook) for cell_id in scaffolds
+              if cell_id in sub.package_scaffolds or cell_id in sub.scaffold_sources}
+    sub.sources = {"scaffolds": origin, "notebook": notebook}
+    parts = [f"scaffold {', '.join(scaffolds[cell_id].owners)}: from {name}" for cell_id, name in origin.items()]
+    parts.append(f"exercises and answers: from {notebook}" if notebook else "exercises and answers: no notebook")
+    sub.notes.append("; ".join(parts))
 
 
 def _find_answers(sub: Submission, template: nbformat.NotebookNode) -> None:

@@ -5,18 +5,22 @@ up as a reason on the affected items, and the items that can still be graded are
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import nbformat
+
 from grader import __version__
 from grader.assignment import Assignment
 from grader.checks import CheckContext, checks_for
 from grader.execute import ExecutionResult, execute_notebook, prepare_notebook
 from grader.load import Submission, load_submission
-from grader.probe import GraftError, ProbeResult, run_probe, submission_module_source
+from grader.graft import GraftError, submission_module_source
+from grader.probe import ProbeResult, run_probe
 from grader.rubric import Rubric
 from grader.sandbox import Sandbox
 from grader.score import GradeResult, score_items
@@ -44,22 +48,25 @@ class SubmissionGrader:
                  self.sandbox.isolation]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
-    def grade(self, path: Path, submission_id: str) -> GradeResult:
+    def grade(self, path: Path | None, submission_id: str, folder: Path | None = None) -> GradeResult:
+        """Grade the notebook ``path`` and the package files in ``folder`` (the submission's
+        folder, None for a lone notebook); ``path`` is None when the folder holds no notebook."""
         started = time.monotonic()
         limits = self.rubric.limits
         submission = load_submission(path, submission_id, self.assignment.template,
-                                     int(limits.notebook_max_mib * 2**20))
+                                     int(limits.notebook_max_mib * 2**20), folder)
         notes = list(submission.notes)
         execution, execution_problem = None, submission.fatal
-        probe, probe_problem = None, submission.fatal or (None if submission.scaffold_sources
-                                                          else submission.scaffold_problem)
+        probe, probe_problem = None, (None if submission.scaffold_sources
+                                      else submission.scaffold_problem or submission.fatal)
         if submission.fatal is None:
             with tempfile.TemporaryDirectory(prefix=f"g2c-{_safe(submission_id)}-") as scratch:
                 execution = self._execute(submission, Path(scratch), notes)
-            if submission.scaffold_sources:
-                with tempfile.TemporaryDirectory(prefix=f"g2c-{_safe(submission_id)}-probe-") as scratch:
-                    probe, probe_problem = self._probe(submission, Path(scratch), notes)
-        if submission.fatal is None:
+        if submission.scaffold_sources:   # a package file is graded without a readable notebook too
+            with tempfile.TemporaryDirectory(prefix=f"g2c-{_safe(submission_id)}-probe-") as scratch:
+                probe, probe_problem = self._probe(submission, Path(scratch), notes)
+        ran = execution is not None or probe is not None
+        if ran:
             notes.append(self.sandbox.note)   # students and TAs see how the code was isolated
         context = CheckContext(self.rubric, self.assignment.master_path, probe, probe_problem,
                                execution, execution_problem,
@@ -67,7 +74,8 @@ class SubmissionGrader:
         verdicts = self.checks.evaluate(context)
         items = score_items(self.rubric, verdicts, submission)
         if submission.fatal:
-            notes.insert(0, f"This notebook could not be graded: {submission.fatal}")
+            notes.insert(0, f"This notebook could not be graded: {submission.fatal}" if path is not None
+                         else f"Only the package files were graded: {submission.fatal}")
         artifacts = {EXECUTED_NOTEBOOK: execution.executed_notebook} if execution and execution.executed_notebook else {}
         if submission.scaffold_sources:
             artifacts[SCAFFOLD_SOURCE] = "\n\n\n".join(submission.scaffold_sources.values()).encode()
@@ -83,10 +91,11 @@ class SubmissionGrader:
                              f"see {GRADER_ERRORS}\n")
         return GradeResult(submission_id, self.rubric.assignment, __version__, submission.sha256, items,
                            notes, time.monotonic() - started, self.cache_key(submission.sha256), artifacts,
-                           isolation=self.sandbox.isolation if submission.fatal is None else "")
+                           isolation=self.sandbox.isolation if ran else "", sources=submission.sources)
 
     def _execute(self, submission: Submission, scratch: Path, notes: list[str]) -> ExecutionResult:
-        prepared = prepare_notebook(submission.notebook, self.assignment.master, notes)
+        notebook = _with_package_scaffolds(submission, self.assignment.master)
+        prepared = prepare_notebook(notebook, self.assignment.master, notes)
         result = execute_notebook(prepared, self.sandbox, scratch, self.rubric.limits,
                                   self.rubric.answer_variables)
         notes.extend(result.notes)
@@ -101,9 +110,27 @@ class SubmissionGrader:
             return None, str(exc)
         notes.extend(graft_notes)
         result = run_probe(source, self.checks.probe_cases(self.rubric), self.sandbox, scratch,
-                           self.rubric.limits.probe_case_timeout_s)
+                           self.rubric.limits.probe_case_timeout_s, self.checks.PROBE_DRIVER)
         notes.extend(f"stopped during the probe: {reason}" for reason in result.notes)
         return result, None
+
+
+def _with_package_scaffolds(submission: Submission, master: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """The submitted notebook with the code read from each package file in the notebook's own
+    cell for that scaffold or, when it has none, in a new cell where the master has it: the
+    exercises run the code that is graded. A package file that cannot be graded changes nothing."""
+    notebook = copy.deepcopy(submission.notebook)
+    for cell_id in [c for c in submission.package_scaffolds if c in submission.scaffold_sources]:
+        code = submission.scaffold_sources[cell_id]
+        if cell_id in submission.replaced_cells:
+            notebook.cells[submission.replaced_cells[cell_id]].source = code
+            continue
+        present = {c.get("id"): i for i, c in enumerate(notebook.cells)}
+        position = next(i for i, c in enumerate(master.cells) if c.get("id") == cell_id)
+        after = [c.id for c in master.cells[position + 1:] if c.id in present]
+        notebook.cells.insert(present[after[0]] if after else len(notebook.cells),
+                              nbformat.v4.new_code_cell(code, id=cell_id))
+    return notebook
 
 
 def _safe(text: str) -> str:

@@ -77,6 +77,8 @@ class LLMSettings:
     max_retries: int = 4
     timeout_s: float = 120
     visibility: str = "after_published"
+    # What the graded notebooks are, in the grader's instructions ("... answer from {notebook}").
+    notebook: str = "a course notebook"
     prices: Prices = field(default_factory=Prices)
 
 

@@ -38,6 +38,7 @@ class GradeResult:
     cache_key: str = ""
     artifacts: dict[str, bytes] = field(default_factory=dict)   # extra files for DIR/<id>/
     isolation: str = ""   # how the student's code was isolated (sandbox.ISOLATION_LEVELS); "" if it never ran
+    sources: dict[str, Any] = field(default_factory=dict)   # the file each part came from (package-style only)
 
     @property
     def score(self) -> float:
@@ -51,7 +52,8 @@ class GradeResult:
         """Gradescope's autograder schema (a test's ``status`` is only passed or failed there,
         so the grader's own state and the stable item id go in its ``extra_data``), plus the
         contract's fields at the top level, also copied into the top-level ``extra_data``, which
-        also says how the student's code was isolated (``isolation``, once it ran)."""
+        also says how the student's code was isolated (``isolation``, once it ran) and, for a
+        submission with package files, which file each part came from (``sources``)."""
         contract = {"submission_id": self.submission_id, "assignment": self.assignment,
                     "grader_version": self.grader_version, "submission_sha256": self.submission_sha256,
                     "cache_key": self.cache_key}
@@ -68,7 +70,8 @@ class GradeResult:
                                       **({"override": i.override} if i.override else {}),
                                       **({"details": i.details} if i.details else {})}} for i in self.items],
             **contract,
-            "extra_data": {**contract, **({"isolation": self.isolation} if self.isolation else {})},
+            "extra_data": {**contract, **({"isolation": self.isolation} if self.isolation else {}),
+                           **({"sources": self.sources} if self.sources else {})},
         }
 
 
@@ -114,10 +117,11 @@ def result_from_json(data: dict[str, Any]) -> GradeResult:
                                 output, list(test.get("tags", [])), test.get("visibility", "visible"), override,
                                 details))
     notes = [] if data.get("output") == "Graded." else str(data.get("output", "")).splitlines()
+    top = data.get("extra_data") or {}
     return GradeResult(data["submission_id"], data["assignment"], data["grader_version"],
                        data["submission_sha256"], items, notes, float(data.get("execution_time", 0)),
-                       data.get("cache_key", ""),
-                       isolation=str((data.get("extra_data") or {}).get("isolation", "")))
+                       data.get("cache_key", ""), isolation=str(top.get("isolation", "")),
+                       sources=top["sources"] if isinstance(top.get("sources"), dict) else {})
 
 
 def _override_note(override: dict[str, Any] | None) -> str:

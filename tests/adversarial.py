@@ -520,8 +520,8 @@ def _take_over(harness):
                "describe_state": lambda state: dict(fake_state)}
     for name, value in patches.items():
         harness[name] = value
-    if isinstance(harness.get("HANDLERS"), dict) and "case_steps" in harness:
-        harness["HANDLERS"]["steps"] = harness["case_steps"]
+    if isinstance(harness.get("HANDLERS"), dict) and "case_forward" in harness:
+        harness["HANDLERS"]["steps"] = harness["case_forward"]
     if isinstance(harness.get("PLAN"), dict):
         harness["PLAN"]["case_timeout"] = 10**6
     return sorted(patches)
@@ -541,7 +541,7 @@ def patch_harness_in_forward(t: Targets) -> nbformat.NotebookNode:
     return with_scaffold(baseline(t.master), no_step_scaffold(t.master, prelude=_PATCH_HARNESS, forward_prefix="""
         frame = _psys._getframe(1)
         while frame is not None:
-            if "run_steps" in frame.f_globals:
+            if "describe_state" in frame.f_globals:   # the driver's handlers
                 _take_over(frame.f_globals)
             frame = frame.f_back
     """))
@@ -557,14 +557,14 @@ def patch_harness_at_import(t: Targets) -> nbformat.NotebookNode:
 
 
         def _steps_with_forward(module, inputs, config):
-            la, dtype = _harness["build_attention"](module, inputs, config)
+            la, dtype = _driver["build_attention"](module, inputs, config)
             x = _ptorch.tensor(inputs["x"], dtype=dtype)
             with _ptorch.no_grad():
-                _harness["save_output"]("y", la.forward(x))
+                _driver["save_output"]("y", la.forward(x))
             heads = config["num_heads"]
             d = config["embedding_dim"] // heads
-            _harness["save_output"]("state.0", _ptorch.zeros(x.shape[0], heads, d, d, dtype=dtype))
-            _harness["save_output"]("state.1", _ptorch.zeros(x.shape[0], heads, d, dtype=dtype))
+            _driver["save_output"]("state.0", _ptorch.zeros(x.shape[0], heads, d, d, dtype=dtype))
+            _driver["save_output"]("state.1", _ptorch.zeros(x.shape[0], heads, d, dtype=dtype))
             return {}
 
 
@@ -579,13 +579,15 @@ def patch_harness_at_import(t: Targets) -> nbformat.NotebookNode:
         def _take_over():
             frame = _psys._getframe(2)
             while frame is not None:
-                if isinstance(frame.f_globals.get("HANDLERS"), dict):
-                    frame.f_globals["HANDLERS"].update(steps=_steps_with_forward, state_growth=_growth_all_well)
-                    return frame.f_globals
+                handlers = frame.f_locals.get("handlers")   # what the harness's run_case dispatches on
+                if isinstance(handlers, dict) and "steps" in handlers:
+                    driver = handlers["steps"].__globals__
+                    handlers.update(steps=_steps_with_forward, state_growth=_growth_all_well)
+                    return driver
                 frame = frame.f_back
 
 
-        _harness = _take_over()
+        _driver = _take_over()
     """))
 
 

@@ -14,6 +14,7 @@ import contextlib
 import importlib.util
 import io
 import tempfile
+from pathlib import Path
 
 import numpy as np
 
@@ -41,16 +42,18 @@ class InProcessSupervisor(HARNESS.Supervisor):
     def run_worker(self, header, arrays):
         inputs = {name: np.load(io.BytesIO(bytes(view)), allow_pickle=False) for name, view in arrays}
         with contextlib.redirect_stdout(io.StringIO()):   # the provided cells print
-            return HARNESS.run_case(self.plan, header, inputs), None, False
+            return HARNESS.run_case(self.plan, self.handlers, header, inputs), None, False
 
     def report(self, record, message):
         self.stream += HARNESS.frame(record, message)
 
 
-def probe_in_process(module_source: str, cases: list[ProbeCase]) -> ProbeResult:
-    """Every case of ``cases`` run on ``module_source`` (a grafted submission module)."""
+def probe_in_process(module_source: str, cases: list[ProbeCase], driver: Path | None = None) -> ProbeResult:
+    """Every case of ``cases`` run on ``module_source`` (a grafted submission module), with the
+    handlers of ``driver`` (a checks module's ``PROBE_DRIVER``) beside the harness's own."""
     with tempfile.TemporaryFile() as request:
-        request.write(harness_request(module_source, cases, 60.0, False))
+        request.write(harness_request(module_source, cases, 60.0, False,
+                                      driver.read_text(encoding="utf-8") if driver else None))
         request.seek(0)
         plan, store, offsets = HARNESS.read_request(request.fileno())
     supervisor = InProcessSupervisor(plan, store, offsets)

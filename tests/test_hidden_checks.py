@@ -20,7 +20,8 @@ from grader.assignment import Assignment
 from grader.checks import CheckContext, Verdict
 from grader.checks import linear_attention as checks
 from grader.checks.linear_attention import items, model
-from grader.probe import run_probe, submission_module_source
+from grader.graft import submission_module_source
+from grader.probe import run_probe
 
 from conftest import SCAFFOLDS, as_scaffolds, scaffold_cell
 from probe_in_process import probe_in_process
@@ -66,7 +67,7 @@ def grade_in_process(name: str) -> dict[str, Verdict]:
     assignment = Assignment("linear_attention")
     source, _ = submission_module_source(assignment.master, as_scaffolds(assignment.master, scaffold_cell(
         assignment.master, (SCAFFOLDS / f"{name}.py").read_text())))
-    probe = probe_in_process(source, checks.probe_cases(assignment.rubric))
+    probe = probe_in_process(source, checks.probe_cases(assignment.rubric), checks.PROBE_DRIVER)
     verdicts = checks.evaluate(_context(assignment, probe))
     return {item: verdicts[item] for item in checks.SCAFFOLD_ITEMS}
 
@@ -156,7 +157,7 @@ def test_a_crashing_check_errors_its_own_item_only(assignment, monkeypatch):
     monkeypatch.setitem(items.SCAFFOLD_CHECKS, "state_resume", broken)
     source, _ = submission_module_source(assignment.master, as_scaffolds(assignment.master, scaffold_cell(
         assignment.master, (SCAFFOLDS / "correct_einsum.py").read_text())))
-    verdicts = checks.evaluate(_context(assignment, probe_in_process(source, checks.probe_cases(assignment.rubric))))
+    verdicts = checks.evaluate(_context(assignment, probe_in_process(source, checks.probe_cases(assignment.rubric), checks.PROBE_DRIVER)))
     crashed = verdicts["state_resume"]
     assert crashed.status == "error" and "grader error in check state_resume" in crashed.message
     assert "argmax" not in crashed.message and "ValueError: attempt to get argmax" in crashed.internal
@@ -196,7 +197,7 @@ SANDBOXED = ("mutant_step_caches_history", "correct_float_cast", "mutant_empty_o
 def _probe_sandboxed(assignment, sandbox, source: str):
     with tempfile.TemporaryDirectory() as scratch:
         return run_probe(source, checks.probe_cases(assignment.rubric), sandbox, Path(scratch),
-                         assignment.rubric.limits.probe_case_timeout_s)
+                         assignment.rubric.limits.probe_case_timeout_s, checks.PROBE_DRIVER)
 
 
 @pytest.fixture(scope="module")

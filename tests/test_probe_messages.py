@@ -13,7 +13,7 @@ import struct
 
 import numpy as np
 
-from grader.probe import ProbeCase, _case_output, parse_message
+from grader.probe import ProbeCase, Segments, _case_output, parse_message
 
 
 def message(arrays: dict[str, bytes], details: dict, ok: bool = True) -> bytes:
@@ -49,7 +49,8 @@ def test_pickled_and_non_float_arrays_are_dropped() -> None:
 
 
 def test_segments_are_joined_and_the_relayed_states_measured() -> None:
-    case = ProbeCase("steps_x", "steps", {"segments": [[0, 2], [2, 5]]}, {})
+    case = ProbeCase("steps_x", "steps", {}, {}, ("y",), Segments("x", ((0, 2), (2, 5)), unit="tokens",
+                                                          state="a tuple of tensors (S, z)"))
     state = {"state.0": npy(np.zeros((1, 2, 3, 3))), "state.1": npy(np.zeros((1, 2, 3)))}
     first = message({"y": npy(np.zeros((1, 2, 6))), **state}, {"info": {}})
     second = message({"y": npy(np.ones((1, 3, 6))), **state}, {"info": {}})
@@ -64,7 +65,8 @@ def test_segments_are_joined_and_the_relayed_states_measured() -> None:
 
 
 def test_a_segment_without_a_state_to_hand_on_ends_the_case() -> None:
-    case = ProbeCase("steps_x", "steps", {"segments": [[0, 2], [2, 5]]}, {})
+    case = ProbeCase("steps_x", "steps", {}, {}, ("y",), Segments("x", ((0, 2), (2, 5)), unit="tokens",
+                                                          state="a tuple of tensors (S, z)"))
     first = message({"y": npy(np.zeros((1, 2, 6)))}, {"info": {}})
     out = _case_output(case, [({"status": "ok"}, first)])
     assert out is not None and out.status == "error"
@@ -72,7 +74,8 @@ def test_a_segment_without_a_state_to_hand_on_ends_the_case() -> None:
 
 
 def test_a_worker_error_names_the_segment() -> None:
-    case = ProbeCase("steps_x", "steps", {"segments": [[0, 2], [2, 5]]}, {})
+    case = ProbeCase("steps_x", "steps", {}, {}, ("y",), Segments("x", ((0, 2), (2, 5)), unit="tokens",
+                                                          state="a tuple of tensors (S, z)"))
     failed = message({}, {"error": "ValueError: boom"}, ok=False)
     out = _case_output(case, [({"status": "ok"}, message({"y": npy(np.zeros((1, 2, 6))),
                                                           "state.0": npy(np.zeros(1))}, {})),

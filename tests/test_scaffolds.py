@@ -6,14 +6,18 @@ from __future__ import annotations
 import copy
 
 import nbformat
+import numpy as np
 import pytest
+import torch
 
 from grader import cells
 from grader.assignment import Assignment
 from grader.load import load_submission
-from grader.probe import GraftError, submission_module_source
+from grader.graft import GraftError, submission_module_source
+from grader.probe import ProbeCase
 
 from conftest import write_notebook
+from probe_in_process import probe_in_process
 
 PROVIDED = "import math\nEPS = 1e-6\n"
 FUNCTIONS = ("def scale(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION\n\n\n"
@@ -99,3 +103,47 @@ def test_an_assignment_whose_notebooks_disagree_on_the_scaffold_cannot_run(tmp_p
     write_notebook(template, tmp_path / "assignments" / "la" / "la.ipynb")
     (tmp_path / "rubrics" / "la.yaml").write_text(assignment.rubric_path.read_text())
     assert "regenerate it with `grader assign`" in Assignment("la", tmp_path).check_files()
+
+
+DEMO = "print('demo ran')\nRESULT = scale(21)\n"
+DRAWS = ("import torch\n\n\ndef draw(n, generator):\n    return torch.randn(n, generator=generator, dtype=torch.float64)\n\n\n"
+         "def halves(x):\n    return x[: len(x) // 2], x[len(x) // 2:].to(torch.float32)\n\n\n"
+         "def refuse(n):\n    raise ValueError(f'no {n}')\n")
+
+
+def test_the_harness_calls_declared_functions_by_name_with_no_assignment_code():
+    """The harness's own ``call`` handler: arguments from arrays, literals and seeded (shared)
+    generators, earlier results fed on, tuples split, dtypes reported; a demo cell is not part
+    of the module the probe imports."""
+    notebook = master()
+    demo = nbformat.v4.new_code_cell(DEMO)
+    demo.id, demo.metadata = "demo-run", {"tags": [cells.PROVIDED, cells.DEMO]}
+    notebook.cells.append(demo)
+    notebook.cells.append(scaffold_cell(DRAWS, "draws", ["draw", "halves", "refuse"]))
+    scaffolds = {"maths": FUNCTIONS.replace("### BEGIN SOLUTION\n", "").replace("    ### END SOLUTION\n", ""),
+                 "counter": CLASS, "draws": DRAWS}
+    source, _ = submission_module_source(notebook, scaffolds)
+    assert "demo ran" not in source and "RESULT" not in source
+    call = {"dtype": "float64", "calls": [
+        {"symbol": "draw", "args": [{"value": 4}, {"generator": 7, "shared": "g"}], "output": "a"},
+        {"symbol": "draw", "args": [{"value": 4}, {"generator": 7, "shared": "g"}], "output": "b"},
+        {"symbol": "draw", "args": [{"value": 4}, {"generator": 7}], "output": "fresh"},
+        {"symbol": "halves", "args": [{"result": "a"}], "output": "parts"},
+        {"symbol": "scale", "args": [{"array": "x"}], "output": "scaled"}]}
+    cases = [ProbeCase("draws", "call", call, {"x": np.arange(3.0)}, ("a", "b", "fresh", "parts.1", "scaled")),
+             ProbeCase("refuses", "call", {"calls": [{"symbol": "refuse", "args": [{"value": 3}], "output": "r"}]}, {})]
+    result = probe_in_process(source, cases)
+    assert result.import_status == "ok", result.import_error
+    drawn = result.cases["draws"]
+    assert drawn.status == "ok", drawn.error
+    expected = torch.randn(4, generator=torch.Generator().manual_seed(7), dtype=torch.float64).numpy()
+    np.testing.assert_array_equal(drawn.arrays["a"], expected)
+    np.testing.assert_array_equal(drawn.arrays["fresh"], expected)
+    assert not np.array_equal(drawn.arrays["b"], expected)          # the shared stream went on
+    np.testing.assert_array_equal(drawn.arrays["parts.1"], expected[2:].astype(np.float32))
+    np.testing.assert_array_equal(drawn.arrays["scaled"], [0.0, 2.0, 4.0])
+    assert set(drawn.arrays) == {"a", "b", "fresh", "parts.1", "scaled"}   # parts.0 is not kept
+    assert drawn.info["parts.1"] == {"type": "Tensor", "dtype": "float32", "shape": [2]}
+    assert drawn.info["parts"] == {"type": "tuple", "length": 2}
+    refused = result.cases["refuses"]
+    assert refused.status == "error" and refused.error.startswith("ValueError: no 3 (in your code: raise ValueError")

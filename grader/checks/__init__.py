@@ -1,8 +1,10 @@
 """Hidden checks: trusted code that turns raw probe outputs into verdicts.
 
 One module or package per assignment (named by the rubric's ``checks`` key). It exposes
-``probe_cases(rubric)`` (what to run inside the sandbox) and ``evaluate(context)`` (a verdict
-per autograded rubric item). Nothing in this package is visible inside the sandbox.
+``probe_cases(rubric)`` (what to run inside the sandbox, as data), ``PROBE_DRIVER`` (a file of
+case handlers the probe's harness runs beside its own ``call`` handler, or None) and
+``evaluate(context)`` (a verdict per autograded rubric item). Nothing in this package is
+visible inside the sandbox except the driver file, which holds no expected values.
 
 Each item is decided on its own (``decide``): an exception in one check makes that item an
 ``error`` for the grader's maintainers to fix, and every other item is still decided.
@@ -46,6 +48,7 @@ class CheckContext:
 
 
 class ChecksModule(Protocol):
+    PROBE_DRIVER: Path | None
     def probe_cases(self, rubric: Rubric) -> list[ProbeCase]: ...
     def evaluate(self, context: CheckContext) -> dict[str, Verdict]: ...
 

@@ -3,21 +3,30 @@
 Usage (inside a read-only sandbox): python probe_harness.py <REQUEST >FRAMES
 
 The request (stdin) is an 8-byte big-endian length, the plan (JSON: the module source, the
-time limit, and per case its kind, config and array sizes), then every input array's npy
-bytes in plan order. The answer (stdout) is one *frame* per worker: an 8-byte length and the
-supervisor's own JSON record (case, segment, status, error), then an 8-byte length and the
-worker's message exactly as the worker sent it. The trusted side parses the messages (npy
-with pickle disabled, size limits); this process only relays them.
+checks module's optional driver source, the time limit, and per case its kind, group,
+segments, config and array sizes), then every input array's npy bytes in plan order. The
+answer (stdout) is one *frame* per worker: an 8-byte length and the supervisor's own JSON
+record (case, segment, status, error), then an 8-byte length and the worker's message
+exactly as the worker sent it. The trusted side parses the messages (npy with pickle
+disabled, size limits); this process only relays them.
+
+Cases
+-----
+Nothing here knows an assignment. A case names its handler by ``kind``: ``call`` (below)
+calls functions of the student's module by name with arguments built from its arrays,
+literals and seeded generators; any other kind is a handler of the checks module's driver
+file (``load_handlers``), which holds code, never expected values. Handlers save outputs by
+name; the trusted side keeps only the ones the case declares.
 
 Supervisor and workers
 ----------------------
 This process, the *supervisor*, never runs student code. It forks one *worker* to check that
 the module imports, then one per case. A case whose config lists ``only_if_failed`` runs only
-when one of those cases did not succeed (a fallback). A ``steps`` case whose config lists ``segments`` runs
-as a chain of workers: each calls ``step`` on its own slice of the tokens, starting from the
-state the previous one returned, which the supervisor relays as plain arrays. After every
-worker, every other process of the sandbox is killed; the supervisor enforces the time
-limit, and after two cases of one kind hang or crash it skips the rest of that kind.
+when one of those cases did not succeed (a fallback). A case with ``segments`` runs as a
+chain of workers: each gets its own slice of the segmented input, and the state the
+previous one saved (``save_state``), which the supervisor relays as plain arrays. After
+every worker, every other process of the sandbox is killed; the supervisor enforces the
+time limit, and after two cases of one group hang or crash it skips the rest of that group.
 
 What a worker can know, and leave behind
 ----------------------------------------
@@ -27,13 +36,13 @@ a forked child does not get, so no worker can find another case's data even by s
 own memory. The sandbox has no writable file at all (scratch, ``/tmp`` and ``/dev/shm`` are
 read-only), a seccomp filter set here denies exec, System V and POSIX IPC, keyrings,
 io_uring and ptrace to the supervisor and every worker, and no process outlives its worker.
-So one worker cannot hand another anything, and the worker that runs tokens 20 to 40 of a
-sequence knows only those tokens and the state it was given: only a ``step`` that computes
+So one worker cannot hand another anything, and the worker that runs positions 20 to 40 of
+a sequence knows only those positions and the state it was given: only code that computes
 from that state can produce the right outputs.
 
 Student code shares its worker's interpreter and can patch this harness there
-(``sys._getframe`` reaches every frame). That changes only the message of that worker,
-which is what a dishonest ``step`` could send anyway. Workers cannot reach the supervisor's
+(``sys._getframe`` reaches every frame), the driver's handlers included. That changes only
+the message of that worker, which is what dishonest student code could send anyway. Workers cannot reach the supervisor's
 channel: a worker closes its copy of the supervisor's stdout before any student code runs,
 its own stdout is the sandbox's stderr, and the supervisor is not dumpable, so
 ``/proc/<pid>/fd``, ``/proc/<pid>/mem`` and ptrace are closed to it.
@@ -59,9 +68,9 @@ import torch
 _fork, _pipe, _close, _read, _write, _exit = os.fork, os.pipe, os.close, os.read, os.write, os._exit
 _dumps, _loads, _BytesIO, _pack, _unpack = json.dumps, json.loads, io.BytesIO, struct.pack, struct.unpack
 _np_save, _np_load, _np_asarray = np.save, np.load, np.asarray
-_tensor, _stack, _no_grad, _isfinite = torch.tensor, torch.stack, torch.no_grad, torch.isfinite
-_manual_seed, _cross_entropy, _Tensor = torch.manual_seed, torch.nn.functional.cross_entropy, torch.Tensor
-_FLOAT32, _FLOAT64, _LONG = torch.float32, torch.float64, torch.long
+_tensor = torch.tensor
+_Tensor, _Generator = torch.Tensor, torch.Generator
+_FLOAT32, _FLOAT64 = torch.float32, torch.float64
 _isinstance, _type, _len, _str = isinstance, type, len, str
 _TracebackType, _ModuleType = types.TracebackType, types.ModuleType
 
@@ -70,6 +79,7 @@ MAX_MESSAGE_BYTES = 64 * 2**20      # one worker's outputs
 MAX_STATE_ARRAYS = 8                # a state is relayed as at most this many arrays (as in probe.py)
 SEGMENT = re.compile(r"(.+)@(\d+)")   # "x@2": the array "x" of segment 2 only
 MODULE_PATH = "submission_code.py"  # the name tracebacks show
+DRIVER_PATH = "probe_driver.py"     # the checks module's driver, if any
 REPORT_FD = -1                      # the supervisor's stdout, set by main()
 
 
@@ -112,18 +122,7 @@ def save_output(name, value):
         if value.dtype not in (_FLOAT32, _FLOAT64):
             value = value.to(_FLOAT64)
         value = value.numpy()
-    _OUTPUTS[name] = _np_asarray(value)
-
-
-def build_attention(module, inputs, config):
-    dtype = DTYPES[config["dtype"]]
-    la = module.LinearAttention(config["embedding_dim"], config["num_heads"]).to(dtype=dtype)
-    for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
-        layer = getattr(la, proj)
-        layer.weight = _tensor(inputs[proj + ".weight"], dtype=dtype).requires_grad_()
-        layer.bias = _tensor(inputs[proj + ".bias"], dtype=dtype).requires_grad_()
-    la.gamma_logit = _tensor(inputs["gamma_logit"], dtype=dtype).requires_grad_()
-    return la, dtype
+    _OUTPUTS[name] = _np_asarray(value) if _isinstance(value, np.ndarray) else _np_asarray(value, dtype="float64")
 
 
 def given_state(inputs, dtype):
@@ -135,128 +134,82 @@ def given_state(inputs, dtype):
 
 
 def save_state(state):
-    """Relay the state step returned; only tensors can cross to the next segment."""
+    """Relay a state to the next segment; only tensors can cross (one, or a tuple of them)."""
     parts = list(state) if _isinstance(state, (tuple, list)) else [state]
     if not 0 < _len(parts) <= MAX_STATE_ARRAYS or not all(_isinstance(p, _Tensor) for p in parts):
-        raise TypeError(f"step must return its state as a tuple of tensors (S, z); it returned "
-                        f"{_type(state).__name__} of {[_type(p).__name__ for p in parts][:MAX_STATE_ARRAYS]}")
+        raise TypeError(f"the state must be a tensor or a tuple of at most {MAX_STATE_ARRAYS} tensors; "
+                        f"got {_type(state).__name__} of {[_type(p).__name__ for p in parts][:MAX_STATE_ARRAYS]}")
     for i, part in enumerate(parts):
         save_output(f"state.{i}", part)
 
 
-def case_forward(module, inputs, config):
-    la, dtype = build_attention(module, inputs, config)
-    with _no_grad():
-        save_output("y", la(_tensor(inputs["x"], dtype=dtype)))
-        save_output("decay", la.decay)
-    return {}
+def _argument(spec, inputs, dtype, generators, results):
+    """One argument of a call: ``{"array": name}`` (a tensor; float arrays in the case's dtype),
+    ``{"value": literal}``, ``{"generator": seed}`` (a fresh seeded torch.Generator; with
+    ``"shared": key``, one generator object for every argument of the case with that key, so
+    consecutive calls draw from one stream), or ``{"result": output}`` (what an earlier call of
+    this case returned, as it returned it)."""
+    if "array" in spec:
+        value = inputs[spec["array"]]
+        return _tensor(value, dtype=dtype) if value.dtype.kind == "f" else _tensor(value)
+    if "generator" in spec:
+        key = spec.get("shared")
+        if key is None or key not in generators:
+            generator = _Generator().manual_seed(int(spec["generator"]))
+            if key is None:
+                return generator
+            generators[key] = generator
+        return generators[key]
+    if "result" in spec:
+        return results[spec["result"]]
+    return spec["value"]
 
 
-def case_steps(module, inputs, config):
-    la, dtype = build_attention(module, inputs, config)
-    x, state, outputs = _tensor(inputs["x"], dtype=dtype), given_state(inputs, dtype), []
-    with _no_grad():
-        for t in range(x.shape[1]):
-            y, state = la.step(x[:, t], state)
-            outputs.append(y)
-    save_output("y", _stack(outputs, dim=1))
-    save_state(state)
-    return {}
+def _describe(value):
+    if _isinstance(value, _Tensor):
+        return {"type": "Tensor", "dtype": _str(value.dtype).replace("torch.", ""), "shape": list(value.shape)}
+    return {"type": _type(value).__name__}
 
 
-def describe_state(state):
-    parts = list(state) if _isinstance(state, (tuple, list)) else [state]
-    shapes = [list(p.shape) if _isinstance(p, _Tensor) else _type(p).__name__ for p in parts]
-    return {"container": _type(state).__name__, "shapes": shapes,
-            "numel": int(sum(p.numel() for p in parts if _isinstance(p, _Tensor)))}
+def case_call(module, inputs, config):
+    """Call functions of the student's module by name, in order, in this one worker:
+    ``config["calls"]`` lists ``{"symbol", "args", "kwargs", "output"}`` (arguments as in
+    ``_argument``). A returned tensor (or number) is saved as ``output``; a tuple or list as
+    ``output.0``, ``output.1``... The info records each output's type, dtype and shape."""
+    dtype = DTYPES[config.get("dtype", "float64")]
+    info, generators, results = {}, {}, {}
+    for call in config["calls"]:
+        function = getattr(module, call["symbol"])
+        args = [_argument(spec, inputs, dtype, generators, results) for spec in call.get("args", [])]
+        kwargs = {name: _argument(spec, inputs, dtype, generators, results)
+                  for name, spec in call.get("kwargs", {}).items()}
+        result = function(*args, **kwargs)
+        name = call["output"]
+        results[name] = result
+        parts = list(result) if _isinstance(result, (tuple, list)) else None
+        for key, value in ([(f"{name}.{i}", v) for i, v in enumerate(parts)] if parts is not None else [(name, result)]):
+            info[key] = _describe(value)
+            if _isinstance(value, (_Tensor, float, int)) and not _isinstance(value, bool):
+                save_output(key, value)
+        if parts is not None:
+            info[name] = {"type": _type(result).__name__, "length": _len(parts)}
+    return info
 
 
-_NOT_DATA = (type, types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.ModuleType)
-
-
-def retained_elements(root, seen=None, depth=0):
-    """Tensor elements reachable from an object's attributes, lists, tuples and dicts."""
-    seen = set() if seen is None else seen
-    if id(root) in seen or depth > 6:
-        return 0
-    seen.add(id(root))
-    if _isinstance(root, _Tensor):
-        return root.numel()
-    if _isinstance(root, (list, tuple, set, frozenset)):
-        return sum(retained_elements(v, seen, depth + 1) for v in root)
-    if _isinstance(root, dict):
-        return sum(retained_elements(v, seen, depth + 1) for v in root.values())
-    if hasattr(root, "__dict__") and not _isinstance(root, _NOT_DATA):
-        return retained_elements(vars(root), seen, depth + 1)
-    return 0
-
-
-def module_globals_elements(module):
-    """Tensor elements held in the student module's globals (a global history cache counts)."""
-    return sum(retained_elements(value) for name, value in vars(module).items()
-               if not name.startswith("__") and not _isinstance(value, _NOT_DATA))
-
-
-def case_state_growth(module, inputs, config):
-    """Size of the state, and of what the layer keeps besides, after some numbers of steps.
-    Measured inside the student's process: a diagnostic for honest mistakes. What cannot be
-    faked are the states relayed between segments, which the trusted side measures itself."""
-    la, dtype = build_attention(module, inputs, config)
-    x = _tensor(inputs["x"], dtype=dtype)
-    checkpoints = set(config["checkpoints"])
-    report = {}
-    state = None
-    baseline = retained_elements(la) + module_globals_elements(module)
-    with _no_grad():
-        for t in range(x.shape[1]):
-            _, state = la.step(x[:, t], state)
-            if t + 1 in checkpoints:
-                entry = describe_state(state)
-                entry["retained_growth"] = (retained_elements(la) + module_globals_elements(module)
-                                            - baseline)
-                report[str(t + 1)] = entry
-    return {"checkpoints": report}
-
-
-# The call counter handed to student objects is built in a namespace of its own, so its
-# __globals__ lead nowhere near the harness.
-_COUNTER_NAMESPACE = {"__builtins__": {}}
-exec("def counter(bound, calls):\n"
-     "    def counted(x):\n"
-     "        calls[0] += 1\n"
-     "        return bound(x)\n"
-     "    return counted\n", _COUNTER_NAMESPACE)
-_counter = _COUNTER_NAMESPACE["counter"]
-
-
-def case_hybrid(module, inputs, config):
-    _manual_seed(config["seed"])
-    lm = module.HybridTransformerLM(config["vocab_size"], config["embedding_dim"],
-                                    config["layer_pattern"], config["num_heads"],
-                                    config["max_seq_len"], hidden_dim=config["hidden_dim"])
-    lm.to(dtype=DTYPES[config["dtype"]])
-    calls = [0]
-    for block in lm.blocks:
-        if _isinstance(block.attn, module.LinearAttention):
-            block.attn.forward = _counter(block.attn.forward, calls)
-    tokens = _tensor(inputs["tokens"], dtype=_LONG)
-    logits = lm(tokens)
-    loss = _cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
-    loss.backward()
-    grads_finite = True
-    missing_grads = []
-    for name, param in lm.named_parameters():
-        if param.grad is None:
-            missing_grads.append(name)
-        elif not bool(_isfinite(param.grad).all()):
-            grads_finite = False
-    save_output("logits", logits)
-    return {"grads_finite": grads_finite, "missing_grads": missing_grads,
-            "linear_forward_calls": calls[0]}
-
-
-HANDLERS = {"forward": case_forward, "steps": case_steps, "state_growth": case_state_growth,
-            "hybrid": case_hybrid}
+def load_handlers(plan):
+    """The case handlers: ``call`` (here), and those of the checks module's driver file when
+    the plan carries one. The driver is trusted grader code, run here in the supervisor before
+    any student code: it defines ``HANDLERS`` (kind -> handler(module, inputs, config) -> info)
+    and reaches this harness's helpers only through the ``harness`` namespace it is given."""
+    handlers = {"call": case_call}
+    source = plan.get("driver_source")
+    if source:
+        helpers = types.SimpleNamespace(save_output=save_output, given_state=given_state,
+                                        save_state=save_state, DTYPES=DTYPES)
+        namespace = {"__name__": "probe_driver", "__builtins__": builtins, "harness": helpers}
+        exec(compile(source, DRIVER_PATH, "exec"), namespace)
+        handlers.update(namespace["HANDLERS"])
+    return handlers
 
 
 # ----------------------------------------------------------------------------- worker
@@ -325,15 +278,15 @@ def encode(ok, details):
     return b"".join(parts)
 
 
-def run_case(plan, header, inputs):
-    """Import the student's module, run one case (``header`` None: only the import) and
-    return the message for the supervisor. Used by ``worker`` and, without a worker around
-    it, by the toolkit's own tests (the same case code, in their process)."""
+def run_case(plan, handlers, header, inputs):
+    """Import the student's module, run one case (``header`` None: only the import) with its
+    handler and return the message for the supervisor. Used by ``worker`` and, without a
+    worker around it, by the toolkit's own tests (the same case code, in their process)."""
     _OUTPUTS.clear()
     source = plan["module_source"]
     try:
         module = import_submission(source)
-        info = HANDLERS[header["kind"]](module, inputs, header["config"]) if header else {}
+        info = handlers[header["kind"]](module, inputs, header["config"]) if header else {}
         ok, details = True, {"info": info}
     except BaseException as exc:  # noqa: BLE001 - any failure of student code is a result
         _OUTPUTS.clear()
@@ -345,7 +298,7 @@ def run_case(plan, header, inputs):
         return encode(False, {"error": "the outputs could not be sent back: " + error_text(exc, [])})
 
 
-def worker(plan, in_fd, out_fd):
+def worker(plan, handlers, in_fd, out_fd):
     """Read this worker's inputs, run its case (None: only the import), send; never returns."""
     _close(REPORT_FD)
     try:
@@ -358,7 +311,7 @@ def worker(plan, in_fd, out_fd):
         _close(in_fd)
     sys.modules["__main__"] = _ModuleType("__main__")
     sys.addaudithook(_audit)
-    message = run_case(plan, header, inputs)
+    message = run_case(plan, handlers, header, inputs)
     write_all(out_fd, _pack(">Q", _len(message)), message)
     _exit(0)
 
@@ -477,6 +430,7 @@ class Supervisor:
 
     def __init__(self, plan, store, offsets):
         self.plan, self.store, self.offsets = plan, store, offsets
+        self.handlers = load_handlers(plan)
 
     def run_worker(self, header, arrays):
         """(message | None, problem, timed out) of one worker given ``arrays`` (name -> view)."""
@@ -487,7 +441,7 @@ class Supervisor:
             for fd in (in_write, out_read):
                 if fd >= 0:
                     _close(fd)
-            worker(self.plan, in_read, out_write)
+            worker(self.plan, self.handlers, in_read, out_write)
         _close(out_write)
         try:
             if header:
@@ -523,7 +477,7 @@ class Supervisor:
     def run_case(self, case):
         """Run a case (its segments one after another). Returns (a worker hung or crashed,
         every worker reported success)."""
-        segments = case["config"].get("segments") or [None]
+        segments = case.get("segments") or [None]
         state, succeeded = [], True
         for index, _ in enumerate(segments):
             segment = None if segments == [None] else index
@@ -548,20 +502,20 @@ class Supervisor:
                      "error": problem, "syscall_filter": self.plan.get("syscall_filter", False)}, message)
         if message is None or message[0] != 0:
             return
-        troubled = {}     # kind -> how many of its cases hung or crashed
+        troubled = {}     # group -> how many of its cases hung or crashed
         succeeded = set()
         give_up = self.plan.get("give_up_after", 2)
         for case in self.plan["cases"]:
-            kind, needed_if = case["kind"], case["config"].get("only_if_failed")
+            group, needed_if = case["group"], case["config"].get("only_if_failed")
             if needed_if and all(name in succeeded for name in needed_if):
                 self.report({"case": case["name"], "segment": None, "status": "skipped",
                              "error": "not needed: the cases it stands in for ran"}, None)
-            elif troubled.get(kind, 0) >= give_up:
+            elif troubled.get(group, 0) >= give_up:
                 self.report({"case": case["name"], "segment": None, "status": "error",
-                             "error": f"not run: {give_up} earlier {kind} cases hung or crashed"}, None)
+                             "error": f"not run: {give_up} earlier {group} cases hung or crashed"}, None)
             else:
                 hung, ok = self.run_case(case)
-                troubled[kind] = troubled.get(kind, 0) + hung
+                troubled[group] = troubled.get(group, 0) + hung
                 if ok:
                     succeeded.add(case["name"])
 

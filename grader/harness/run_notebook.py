@@ -70,7 +70,13 @@ def export_answers(client, index):
         f"    _g2c_file.write(_g2c_json.dumps({{_n: globals().get(_n) for _n in {PLAN['answer_variables']!r}}},"
         " default=_g2c_plain))\n"
     )
-    client.execute_cell(nbformat.v4.new_code_cell(code), index, store_history=False)
+    # nbclient writes a cell's outputs back into the notebook by index, so the export cell must
+    # be one of its cells while it runs (an output from it would otherwise raise IndexError).
+    client.nb.cells.append(nbformat.v4.new_code_cell(code))
+    try:
+        client.execute_cell(client.nb.cells[-1], index, store_history=False)
+    finally:
+        client.nb.cells.pop()
 
 
 def report(line):

@@ -24,7 +24,7 @@ from grader.score import GradeResult
 
 CANVAS_FIELDS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 ROSTER_ID = "submission_id"
-CANVAS_COLUMN = re.compile(r".+ \(\d+\)$")   # "Linear attention (12345)"
+CANVAS_COLUMN = re.compile(r".+ \(\d+\)$")   # "Homework 3 (12345)"
 
 
 class ExportError(ValueError):
@@ -67,7 +67,7 @@ def export_canvas(results: list[GradeResult], roster_path: Path, column: str, ta
     """Write Canvas's gradebook import CSV for ``results`` to ``target``."""
     if not CANVAS_COLUMN.match(column):
         raise ExportError(f"the assignment column must be Canvas's header, 'Name (assignment id)', "
-                          f"e.g. 'Linear attention (12345)'; got {column!r}")
+                          f"e.g. 'Homework 3 (12345)'; got {column!r}")
     roster = read_roster(roster_path)
     by_id = {r.submission_id: r for r in results}
     outcome = ExportOutcome(target, not_in_roster=sorted(set(by_id) - set(roster)),

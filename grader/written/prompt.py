@@ -25,8 +25,7 @@ MAX_ANSWER_CHARS = 8000          # longer answers are cut, and the cut is said
 MAX_GROUNDING_CHARS = 3000       # per answer variable, as JSON text
 
 INSTRUCTIONS = """\
-You grade one written answer from a deep-learning course notebook on linear attention and
-recurrent memory. You are given the question, its rubric (criteria with points, what earns
+You grade one written answer from {notebook}. You are given the question, its rubric (criteria with points, what earns
 them and what does not), misconceptions the course warns about, and a reference answer.
 
 Grade the student's answer against each criterion independently. For every criterion write
@@ -104,7 +103,7 @@ def request_params(settings: LLMSettings, question: Question, reference: Written
     return {
         "model": settings.model,
         "max_tokens": settings.max_tokens,
-        "system": [{"type": "text", "text": INSTRUCTIONS},
+        "system": [{"type": "text", "text": INSTRUCTIONS.format(notebook=settings.notebook)},
                    {"type": "text", "text": _rubric_text(question, reference),
                     "cache_control": {"type": "ephemeral"}}],
         "messages": [{"role": "user", "content": student_data(answer, grounding)}],

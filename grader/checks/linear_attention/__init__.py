@@ -1,6 +1,7 @@
 """Hidden checks for the linear_attention assignment.
 
 - ``cases``: the inputs the probe runs (each in float64 and in float32).
+- ``driver``: how the probe's harness builds and runs the layer (sent into the sandbox).
 - ``model``: the reference computation and its named variants (the module's pitfalls).
 - ``items``: the scaffold items, each judging one concern against the variant the student's
   form was found to compute, so that a mistake is charged once.
@@ -10,6 +11,7 @@
 from __future__ import annotations
 
 from functools import partial
+from pathlib import Path
 
 from grader.checks import CheckContext, Verdict, decide
 from grader.checks.linear_attention import cases as inputs
@@ -20,6 +22,7 @@ from grader.probe import ProbeCase
 from grader.rubric import Rubric
 
 SCAFFOLD_ITEMS = ("scaffold_present", *SCAFFOLD_CHECKS, "hybrid_lm")
+PROBE_DRIVER = Path(__file__).with_name("driver.py")
 
 
 def probe_cases(rubric: Rubric) -> list[ProbeCase]:

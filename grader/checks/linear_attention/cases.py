@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from grader.probe import ProbeCase
+from grader.probe import ProbeCase, Segments
 
 # (batch, tokens, embedding_dim, heads): batch 1 and > 1, T from 1 to 256, d_h from 2 to 8.
 SHAPES = ((1, 1, 8, 2), (2, 17, 12, 3), (3, 64, 16, 4), (1, 256, 32, 4))
@@ -19,7 +19,7 @@ GAMMAS = ("none", "mild", "strong", "per_head")
 # Where the checks find which computation each form does: distinct decays per head, T >= 64.
 IDENTIFYING_SHAPES = (2, 3)
 
-RESUME_TOKENS, RESUME_SEGMENTS = 16, [[0, 9], [9, 16]]
+RESUME_TOKENS, RESUME_SEGMENTS = 16, [(0, 9), (9, 16)]
 STATE_CHECKPOINTS = [1, 10, 1000]
 CAUSAL_SHAPES = (1, 2, 3)
 HYBRID = {"vocab_size": 23, "embedding_dim": 16, "num_heads": 4,
@@ -34,13 +34,23 @@ def logits(kind: str, heads: int) -> list[float]:
             "per_head": per_head[:heads]}[kind]
 
 
-def segments(tokens: int) -> list[list[int]] | None:
-    """Where a step run is cut into separate workers (thirds), each resuming from the state the
-    previous one returned: the probe's harness passes nothing else between them, so a step
-    that needs more than (x_t, state) fails there (see harness/probe_harness.py)."""
+# What each kind of case runs (a handler of driver.py) and which of its outputs the checks read.
+KEEP = {"forward": ("y", "decay"), "steps": ("y",), "state_growth": (), "hybrid": ("logits",)}
+
+
+def token_segments(bounds: list[tuple[int, int]]) -> Segments:
+    """A step run cut into workers at ``bounds`` of the tokens; each resumes from the state the
+    previous one returned, relayed by the harness, which passes nothing else between them, so a
+    step that needs more than (x_t, state) fails there. The trusted side measures the state
+    after every segment (one segment: the state after the whole run)."""
+    return Segments("x", tuple(bounds), axis=1, unit="tokens", state="a tuple of tensors (S, z)")
+
+
+def segments(tokens: int) -> Segments:
+    """A step run of ``tokens`` cut into thirds (short runs stay whole)."""
     cuts = sorted({tokens // 3, 2 * tokens // 3} - {0, tokens})
     bounds = [0, *cuts, tokens]
-    return [[a, b] for a, b in zip(bounds, bounds[1:])] if cuts else None
+    return token_segments(list(zip(bounds, bounds[1:])))
 
 
 def name(kind: str, shape: int, gamma: str, dtype: str = "float64") -> str:
@@ -75,13 +85,13 @@ def _layer_inputs(seed: list[int], shape: tuple[int, int, int, int], gamma: str)
 
 
 def _both_dtypes(base: str, kind: str, config: dict, arrays: dict[str, np.ndarray],
-                 fallback_for: list[str] | None = None) -> list[ProbeCase]:
+                 fallback_for: list[str] | None = None, cut: Segments | None = None) -> list[ProbeCase]:
     """The case and its float32 twin. A twin ``fallback_for`` some float64 cases runs only when
     one of them fails to run: where float32-accurate code is fine in float64 (no comparison
     with a float64 reference), the twin is needed only by code that cannot run in float64."""
     twin = {"only_if_failed": [f"{b}_float64" for b in fallback_for]} if fallback_for else {}
-    return [ProbeCase(f"{base}_float64", kind, {**config, "dtype": "float64"}, arrays),
-            ProbeCase(f"{base}_float32", kind, {**config, "dtype": "float32", **twin}, arrays)]
+    return [ProbeCase(f"{base}_float64", kind, {**config, "dtype": "float64"}, arrays, KEEP[kind], cut),
+            ProbeCase(f"{base}_float32", kind, {**config, "dtype": "float32", **twin}, arrays, KEEP[kind], cut)]
 
 
 def probe_cases() -> list[ProbeCase]:
@@ -92,8 +102,8 @@ def probe_cases() -> list[ProbeCase]:
             arrays = _layer_inputs([shape_index, GAMMAS.index(gamma)], shape, gamma)
             layer = {"embedding_dim": shape[2], "num_heads": shape[3]}
             for kind in ("forward", "steps"):
-                config = {**layer, **({"segments": segments(shape[1])} if kind == "steps" else {})}
-                cases += _both_dtypes(name(kind, shape_index, gamma)[: -len("_float64")], kind, config, arrays)
+                cases += _both_dtypes(name(kind, shape_index, gamma)[: -len("_float64")], kind, layer, arrays,
+                                      cut=segments(shape[1]) if kind == "steps" else None)
     # Causality: the same weights on an input whose tokens after `cut` are replaced.
     for shape_index in CAUSAL_SHAPES:
         batch, tokens, dim, heads = SHAPES[shape_index]
@@ -115,8 +125,8 @@ def probe_cases() -> list[ProbeCase]:
     arrays = _layer_inputs([17], (2, RESUME_TOKENS, 12, 3), "per_head")
     config = {"embedding_dim": 12, "num_heads": 3}
     pair = ["resume_whole", "resume_split"]
-    cases += _both_dtypes(pair[0], "steps", config, arrays, pair)
-    cases += _both_dtypes(pair[1], "steps", {**config, "segments": RESUME_SEGMENTS}, arrays, pair)
+    cases += _both_dtypes(pair[0], "steps", config, arrays, pair, token_segments([(0, RESUME_TOKENS)]))
+    cases += _both_dtypes(pair[1], "steps", config, arrays, pair, token_segments(RESUME_SEGMENTS))
     rng = np.random.default_rng(19)
     tokens = rng.integers(0, HYBRID["vocab_size"], (2, 20)).astype(np.float64)
     cases += _both_dtypes("hybrid", "hybrid", HYBRID, {"tokens": tokens}, ["hybrid"])

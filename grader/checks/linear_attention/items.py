@@ -69,8 +69,7 @@ class Evidence:
 
     def first_segment(self, name: str) -> int:
         """Tokens in the first worker of a ``steps`` run: step from a fresh state, nothing resumed."""
-        segments = self.inputs[name].config.get("segments")
-        return segments[0][1] if segments else self.inputs[name].arrays["x"].shape[1]
+        return self.inputs[name].segments.bounds[0][1]
 
     def y(self, name: str, tokens: int | None = None) -> np.ndarray | str:
         """The output (B, T, D) of a forward or steps run (its first ``tokens`` only, which a
@@ -232,7 +231,7 @@ def check_equivalence(ev: Evidence) -> Verdict:
 
 def _which_form(ev: Evidence, case: ProbeCase, step: np.ndarray, forward: np.ndarray, tolerance: float) -> str:
     """Which form is wrong, when the checks can tell."""
-    starts = [start for start, _ in case.config.get("segments") or []][1:]
+    starts = [start for start, _ in case.segments.bounds][1:]
     wrong = np.argwhere(np.abs(step.astype(np.float64) - forward) > scaled(tolerance, forward))
     first = int(wrong[:, 1].min()) if wrong.size else None
     if first in starts and ev.step_variant is not None:

@@ -1,0 +1,149 @@
+"""The probe driver of linear_attention: how a case builds and runs the student's layer.
+
+This file is sent to the probe harness and run there, inside the sandbox, before any student
+code (see ``load_handlers`` in grader/harness/probe_harness.py): it is not imported by the
+grader. It holds no expected values, only how to call things. It reaches the harness's
+helpers through the ``harness`` namespace the harness gives it, and binds every library
+function it uses here, at load time, so that student code patching torch in a worker does not
+change how this code calls it.
+"""
+import types
+
+import torch
+
+_tensor, _stack, _no_grad, _isfinite = torch.tensor, torch.stack, torch.no_grad, torch.isfinite
+_manual_seed, _cross_entropy, _Tensor = torch.manual_seed, torch.nn.functional.cross_entropy, torch.Tensor
+_LONG = torch.long
+_isinstance, _type, _len = isinstance, type, len
+save_output, given_state, save_state, DTYPES = (harness.save_output, harness.given_state,  # noqa: F821
+                                                harness.save_state, harness.DTYPES)        # noqa: F821
+
+
+def build_attention(module, inputs, config):
+    dtype = DTYPES[config["dtype"]]
+    la = module.LinearAttention(config["embedding_dim"], config["num_heads"]).to(dtype=dtype)
+    for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+        layer = getattr(la, proj)
+        layer.weight = _tensor(inputs[proj + ".weight"], dtype=dtype).requires_grad_()
+        layer.bias = _tensor(inputs[proj + ".bias"], dtype=dtype).requires_grad_()
+    la.gamma_logit = _tensor(inputs["gamma_logit"], dtype=dtype).requires_grad_()
+    return la, dtype
+
+
+def case_forward(module, inputs, config):
+    la, dtype = build_attention(module, inputs, config)
+    with _no_grad():
+        save_output("y", la(_tensor(inputs["x"], dtype=dtype)))
+        save_output("decay", la.decay)
+    return {}
+
+
+def case_steps(module, inputs, config):
+    """step over every token of ``x``, from the relayed state (a segment) or from None."""
+    la, dtype = build_attention(module, inputs, config)
+    x, state, outputs = _tensor(inputs["x"], dtype=dtype), given_state(inputs, dtype), []
+    with _no_grad():
+        for t in range(x.shape[1]):
+            y, state = la.step(x[:, t], state)
+            outputs.append(y)
+    save_output("y", _stack(outputs, dim=1))
+    if not _isinstance(state, (tuple, list)) or not all(_isinstance(p, _Tensor) for p in state):
+        raise TypeError(f"step must return its state as a tuple of tensors (S, z); it returned "
+                        f"{_type(state).__name__}")
+    save_state(state)
+    return {}
+
+
+def describe_state(state):
+    parts = list(state) if _isinstance(state, (tuple, list)) else [state]
+    shapes = [list(p.shape) if _isinstance(p, _Tensor) else _type(p).__name__ for p in parts]
+    return {"container": _type(state).__name__, "shapes": shapes,
+            "numel": int(sum(p.numel() for p in parts if _isinstance(p, _Tensor)))}
+
+
+_NOT_DATA = (type, types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.ModuleType)
+
+
+def retained_elements(root, seen=None, depth=0):
+    """Tensor elements reachable from an object's attributes, lists, tuples and dicts."""
+    seen = set() if seen is None else seen
+    if id(root) in seen or depth > 6:
+        return 0
+    seen.add(id(root))
+    if _isinstance(root, _Tensor):
+        return root.numel()
+    if _isinstance(root, (list, tuple, set, frozenset)):
+        return sum(retained_elements(v, seen, depth + 1) for v in root)
+    if _isinstance(root, dict):
+        return sum(retained_elements(v, seen, depth + 1) for v in root.values())
+    if hasattr(root, "__dict__") and not _isinstance(root, _NOT_DATA):
+        return retained_elements(vars(root), seen, depth + 1)
+    return 0
+
+
+def module_globals_elements(module):
+    """Tensor elements held in the student module's globals (a global history cache counts)."""
+    return sum(retained_elements(value) for name, value in vars(module).items()
+               if not name.startswith("__") and not _isinstance(value, _NOT_DATA))
+
+
+def case_state_growth(module, inputs, config):
+    """Size of the state, and of what the layer keeps besides, after some numbers of steps.
+    Measured inside the student's process: a diagnostic for honest mistakes. What cannot be
+    faked are the states relayed between segments, which the trusted side measures itself."""
+    la, dtype = build_attention(module, inputs, config)
+    x = _tensor(inputs["x"], dtype=dtype)
+    checkpoints = set(config["checkpoints"])
+    report = {}
+    state = None
+    baseline = retained_elements(la) + module_globals_elements(module)
+    with _no_grad():
+        for t in range(x.shape[1]):
+            _, state = la.step(x[:, t], state)
+            if t + 1 in checkpoints:
+                entry = describe_state(state)
+                entry["retained_growth"] = (retained_elements(la) + module_globals_elements(module)
+                                            - baseline)
+                report[str(t + 1)] = entry
+    return {"checkpoints": report}
+
+
+# The call counter handed to student objects is built in a namespace of its own, so its
+# __globals__ lead nowhere near this driver.
+_COUNTER_NAMESPACE = {"__builtins__": {}}
+exec("def counter(bound, calls):\n"
+     "    def counted(x):\n"
+     "        calls[0] += 1\n"
+     "        return bound(x)\n"
+     "    return counted\n", _COUNTER_NAMESPACE)
+_counter = _COUNTER_NAMESPACE["counter"]
+
+
+def case_hybrid(module, inputs, config):
+    _manual_seed(config["seed"])
+    lm = module.HybridTransformerLM(config["vocab_size"], config["embedding_dim"],
+                                    config["layer_pattern"], config["num_heads"],
+                                    config["max_seq_len"], hidden_dim=config["hidden_dim"])
+    lm.to(dtype=DTYPES[config["dtype"]])
+    calls = [0]
+    for block in lm.blocks:
+        if _isinstance(block.attn, module.LinearAttention):
+            block.attn.forward = _counter(block.attn.forward, calls)
+    tokens = _tensor(inputs["tokens"], dtype=_LONG)
+    logits = lm(tokens)
+    loss = _cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+    loss.backward()
+    grads_finite = True
+    missing_grads = []
+    for name, param in lm.named_parameters():
+        if param.grad is None:
+            missing_grads.append(name)
+        elif not bool(_isfinite(param.grad).all()):
+            grads_finite = False
+    save_output("logits", logits)
+    return {"grads_finite": grads_finite, "missing_grads": missing_grads,
+            "linear_forward_calls": calls[0]}
+
+
+HANDLERS = {"forward": case_forward, "steps": case_steps, "state_growth": case_state_growth,
+            "hybrid": case_hybrid}
