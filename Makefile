@@ -17,8 +17,11 @@ define debian_package
 	  fi; \
 	fi
 endef
+# `make grade` grades each assignment's examples (examples/submissions/<assignment>/) into
+# out/<assignment>/; `make grade ASSIGNMENT=name SUBMISSIONS=path OUT=dir` grades one folder.
+ASSIGNMENTS := linear_attention linear_attention_hyena
 ASSIGNMENT ?= linear_attention
-SUBMISSIONS ?= examples/submissions
+SUBMISSIONS ?=
 OUT ?= out
 WORKERS ?=
 
@@ -44,7 +47,13 @@ test: $(STAMP) $(BROWSER)
 	$(BIN)/python -m pytest -q
 
 grade: $(STAMP)
+ifeq ($(SUBMISSIONS),)
+	set -e; for name in $(ASSIGNMENTS); do \
+	  $(BIN)/grader grade examples/submissions/$$name --assignment $$name --out $(OUT)/$$name $(if $(WORKERS),--workers $(WORKERS)); \
+	done
+else
 	$(BIN)/grader grade $(SUBMISSIONS) --assignment $(ASSIGNMENT) --out $(OUT) $(if $(WORKERS),--workers $(WORKERS))
+endif
 
 validate: $(STAMP)
 	$(BIN)/grader validate --assignment $(ASSIGNMENT)
@@ -52,8 +61,11 @@ validate: $(STAMP)
 assign: $(STAMP)
 	$(BIN)/grader assign solutions/$(ASSIGNMENT)/$(ASSIGNMENT).ipynb
 
+# Re-render after TA overrides: each out/<assignment>/ that `make grade` wrote, or OUT itself.
 report: $(STAMP)
-	$(BIN)/grader report $(OUT)
+	set -e; found=; for name in $(ASSIGNMENTS); do \
+	  if [ -d $(OUT)/$$name ]; then found=1; $(BIN)/grader report $(OUT)/$$name; fi; \
+	done; [ -n "$$found" ] || $(BIN)/grader report $(OUT)
 
 # The master notebook at the module's real sizes (about 12 min on 2 idle cores; not part of `make test`).
 realrun: $(STAMP)

@@ -35,8 +35,8 @@ from conftest import finish_all
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = ROOT / "assignments" / "linear_attention"
 CHECK = ASSIGNMENT / "check.py"
-REFERENCE = ROOT / "examples" / "submissions" / "reference.ipynb"
-UNTOUCHED = ROOT / "examples" / "submissions" / "untouched.ipynb"
+REFERENCE = ROOT / "examples" / "submissions" / "linear_attention" / "reference.ipynb"
+UNTOUCHED = ROOT / "examples" / "submissions" / "linear_attention" / "untouched.ipynb"
 HIDDEN = (ROOT / "grader", ROOT / "rubrics", ROOT / "solutions")   # nothing check.py may open
 TIMEOUT = 240
 

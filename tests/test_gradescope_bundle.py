@@ -170,7 +170,7 @@ def autograder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Autograder]
                 archive.extract(info, root / "source")
                 os.chmod(root / "source" / info.filename, info.external_attr >> 16 & 0o777)
         (root / "submission").mkdir()
-        shutil.copy(REPO / "examples" / "submissions" / "reference.ipynb", root / "submission")
+        shutil.copy(REPO / "examples" / "submissions" / "linear_attention" / "reference.ipynb", root / "submission")
         (root / "submission_metadata.json").write_text(json.dumps(METADATA))
         (root / "results").mkdir()
         (root / "bin").mkdir()

@@ -1,6 +1,6 @@
 """Package-style submissions: a ``<id>/`` folder holding the notebook and/or the scaffold's
 package file (the master's ``metadata.g2c.package_file``). Load, discovery, the digest and the
-notes are tested in process; one real graded run (the example of examples/submissions/) checks
+notes are tested in process; one real graded run (the example of examples/submissions/linear_attention/) checks
 that the file is what the probe and the notebook run use."""
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from grader.score import result_from_json, score_items
 
 from conftest import ROOT, write_notebook
 
-EXAMPLE = ROOT / "examples" / "submissions" / "package_style"
+EXAMPLE = ROOT / "examples" / "submissions" / "linear_attention" / "package_style"
 PACKAGE_FILE = "g2c/linear_attention/attention.py"
 PACKAGE_CODE = (EXAMPLE / PACKAGE_FILE).read_text(encoding="utf-8")
 LIMIT = 5 * 2**20

@@ -1,9 +1,14 @@
-"""The master notebook's reference LinearAttention, checked at a realistic length (T = 512).
+"""The reference solutions.
 
-The model code is loaded with the public suite's own notebook loader (imported from
+linear_attention: the master notebook's reference LinearAttention, checked at a realistic length
+(T = 512). The model code is loaded with the public suite's own notebook loader (imported from
 assignments/linear_attention/tests/conftest.py, not duplicated). Three computations must agree
 to 1e-12 max-abs in float64: the parallel ``forward``, a loop of ``step`` calls, and an
 independent NumPy loop over the recurrence equations written here.
+
+linear_attention_hyena: ``grader validate`` in the real sandbox (as test_grading.py does for
+linear_attention): the master earns every autograded point, the student template exactly the
+baseline.
 """
 from __future__ import annotations
 
@@ -14,6 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
+from grader.assignment import Assignment
+from grader.cli import make_sandbox
+from grader.validate import validate
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC_CONFTEST = ROOT / "assignments" / "linear_attention" / "tests" / "conftest.py"
@@ -116,3 +125,14 @@ def test_forward_step_and_recurrence_agree_at_T512(la, case):
         assert err <= TOL, f"{case}: {label}: max-abs error {err:.3e} at (batch, position, channel) {where}"
     # The outputs are not trivially small: the tolerance is meaningful against their scale.
     assert np.abs(expected).max() > 0.1
+
+
+def test_hyena_solution_earns_every_point_and_its_template_only_the_baseline():
+    """One real sandboxed grading of the master and of the template (about 20 s)."""
+    hyena = Assignment("linear_attention_hyena")
+    sandbox = make_sandbox(hyena.rubric.limits, allow_unsandboxed=False)
+    report = validate(hyena, sandbox, hyena.rubric)
+    assert report.ok, report.text
+    autograded = [i for i in report.solution.items if "written" not in i.tags]
+    assert autograded and all(i.score == i.max_score for i in autograded), report.text
+    assert report.template.score == sum(i.points for i in hyena.rubric.items if i.baseline)

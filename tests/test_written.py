@@ -298,8 +298,8 @@ def test_grade_with_llm_live_and_batch_end_to_end(api, assignment, tmp_path, mon
     """Real notebooks, graded once with --llm off; the same folder then graded live and as a batch."""
     submissions = tmp_path / "submissions"
     submissions.mkdir()
-    shutil.copy(ROOT / "examples" / "submissions" / "reference.ipynb", submissions / "reference.ipynb")
-    untouched = nbformat.read(str(ROOT / "examples" / "submissions" / "untouched.ipynb"), as_version=4)
+    shutil.copy(ROOT / "examples" / "submissions" / "linear_attention" / "reference.ipynb", submissions / "reference.ipynb")
+    untouched = nbformat.read(str(ROOT / "examples" / "submissions" / "linear_attention" / "untouched.ipynb"), as_version=4)
     nbformat.write(untouched, str(submissions / "untouched.ipynb"))
     base = tmp_path / "off"
     assert main(["grade", str(submissions), "--assignment", "linear_attention", "--out", str(base),

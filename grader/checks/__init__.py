@@ -68,3 +68,13 @@ def decide(checks: Mapping[str, Callable[[], Verdict]]) -> dict[str, Verdict]:
                                               "(this item is not your fault; it will be regraded)",
                                      traceback.format_exc())
     return verdicts
+
+
+def execution_verdict(context: CheckContext) -> Verdict:
+    """The notebook ran headless without an error: every assignment's ``notebook_runs``."""
+    if context.execution is None:
+        return Verdict("error", f"the notebook was not executed: {context.execution_problem}")
+    problems = context.execution.problems()
+    if problems:
+        return Verdict("failed", "; ".join(problems[:5]))
+    return Verdict("passed", f"all {len(context.execution.cells)} code cells ran without error")

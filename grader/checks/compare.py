@@ -5,14 +5,17 @@ Three rules live here so that every item of every assignment applies them the sa
 - **Shapes first.** An output of the wrong shape fails with both shapes named; it is never
   broadcast against the expected array, and an empty output never crashes a check.
 - **Where and by how much.** A mismatch reports the max-abs error, its first worst position
-  and the expected and actual values there, as pytest does.
-- **One dtype rule.** Every case is run in float64 and again in float32 (its *twin*). An item
-  passes when all its float64 runs are within the float64 tolerance; failing that, when every
-  case is within the float32 tolerance in its float64 run or in its float32 twin (code that
-  cannot run in float64, or only computes in float32, still earns the item, with a note).
+  and the expected and actual values there, as pytest does (``describe_scaled`` adds the
+  scaled error against its tolerance and the first position beyond it).
+- **One dtype rule.** For checks modules that run every case in float64 and again in float32
+  (its *twin*; ``DtypeRule``): an item passes when all its float64 runs are within the float64
+  tolerance; failing that, when every case is within the float32 tolerance in its float64 run
+  or in its float32 twin (code that cannot run in float64, or only computes in float32, still
+  earns the item, with a note).
 
 Tolerances are absolute for expected values of magnitude up to 1 and relative beyond, so an
-output that legitimately grows (an unnormalized sum, say) is judged at the same precision.
+output that legitimately grows (an unnormalized sum, say) is judged at the same precision:
+the scaled error is err(got, expected) = max|got - expected| / max(1, max|expected|).
 """
 from __future__ import annotations
 
@@ -60,17 +63,76 @@ def within(result: Mismatch | str, tolerance: float) -> bool:
     return isinstance(result, Mismatch) and result.max_abs <= tolerance
 
 
-def position(where: tuple[int, ...]) -> str:
-    """'batch 0, position 3, channel 5' for a (B, T, C) index; the tuple otherwise."""
+def position(where: tuple[int, ...], names: Sequence[str] | None = None) -> str:
+    """'batch 0, position 3, channel 5' for a (B, T, C) index; the tuple otherwise. ``names``
+    names the axes instead ('row 3, column 2'), when it has one name per axis."""
+    if names is not None and len(names) == len(where):
+        return ", ".join(f"{n} {i}" for n, i in zip(names, where))
     names = ("batch", "position", "channel")
     return ", ".join(f"{n} {i}" for n, i in zip(names, where)) if len(where) == 3 else str(where)
 
 
-def describe(result: Mismatch | str) -> str:
+def describe(result: Mismatch | str, names: Sequence[str] | None = None) -> str:
     if isinstance(result, str):
         return result
-    return (f"max-abs error {result.max_abs:.3g} at ({position(result.where)}): "
+    return (f"max-abs error {result.max_abs:.3g} at ({position(result.where, names)}): "
             f"expected {result.expected:.6g}, got {result.got:.6g}")
+
+
+def compare_nonfinite_as_expected(got: np.ndarray | None, expected: np.ndarray) -> Mismatch | str:
+    """``compare`` for an expected array that may itself hold NaN or infinities (an expected
+    0/0, say): ``got`` must hold the same non-finite value at exactly those entries, and the
+    finite rest is compared as ``compare`` does."""
+    if got is None or got.shape != expected.shape:
+        return compare(got, expected)
+    finite = np.isfinite(expected)
+    if finite.all():
+        return compare(got, expected)
+    same = np.where(finite, np.isfinite(got), (np.isnan(expected) & np.isnan(got)) | (got == expected))
+    if not same.all():
+        where = tuple(int(i) for i in np.argwhere(~same)[0])
+        return (f"expected {expected[where]} at {position(where)}, got {got[where]}" if not finite[where]
+                else f"non-finite output ({got[where]}) at {position(where)}")
+    if not finite.any():
+        return Mismatch(0.0, (), 0.0, 0.0)
+    diff = np.where(finite, np.abs(got.astype(np.float64) - np.where(finite, expected, 0.0)), 0.0)
+    where = tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape))
+    return Mismatch(float(diff[where]), where, float(expected[where]), float(got[where]))
+
+
+def magnitude(expected: np.ndarray) -> float:
+    """max(1, max |expected|) over its finite entries: the scale of ``scaled`` (for an array
+    that may hold non-finite entries) and what ``scaled_error`` divides by."""
+    finite = np.abs(expected[np.isfinite(expected)]) if np.size(expected) else np.zeros(0)
+    return max(1.0, float(finite.max(initial=0.0)))
+
+
+def scaled_error(result: Mismatch, expected: np.ndarray) -> float:
+    """err(got, expected) = max|got - expected| / max(1, max|expected|): the error that
+    ``scaled(tolerance, expected)`` bounds, as one number."""
+    return result.max_abs / magnitude(expected)
+
+
+def first_beyond(got: np.ndarray, expected: np.ndarray, bound: float) -> tuple[int, ...] | None:
+    """The first position, in row-major order, where ``got`` and ``expected`` (same shape) differ
+    by more than ``bound`` (entries non-finite in ``expected`` are skipped), or None."""
+    finite = np.isfinite(expected)
+    diff = np.abs(got.astype(np.float64) - np.where(finite, expected, 0.0))
+    beyond = np.argwhere(finite & ~(diff <= bound))
+    return tuple(int(i) for i in beyond[0]) if beyond.size else None
+
+
+def describe_scaled(result: Mismatch | str, got: np.ndarray | None, expected: np.ndarray, tolerance: float,
+                    names: Sequence[str] | None = None) -> str:
+    """A mismatch judged by the scaled rule, for a message: the error found against the
+    tolerance, where it is largest (expected and got there) and the first offending position."""
+    if isinstance(result, str):
+        return result
+    text = f"err {scaled_error(result, expected):.3g} (tolerance {tolerance:g}), {describe(result, names)}"
+    first = first_beyond(got, expected, tolerance * magnitude(expected)) if got is not None else None
+    if first is not None and first != result.where:
+        text += f"; first beyond the tolerance at ({position(first, names)})"
+    return text
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-from grader.checks import CheckContext, Verdict, decide
+from grader.checks import CheckContext, Verdict, decide, execution_verdict
 from grader.checks.linear_attention import cases as inputs
-from grader.checks.linear_attention.answers import answer_checks, execution_verdict
+from grader.checks.linear_attention.answers import answer_checks
 from grader.checks.linear_attention.hybrid import hybrid_problem
 from grader.checks.linear_attention.items import SCAFFOLD_CHECKS, Evidence
 from grader.probe import ProbeCase

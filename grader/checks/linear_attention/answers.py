@@ -8,15 +8,6 @@ from typing import Any, Callable
 from grader.checks import CheckContext, Verdict
 
 
-def execution_verdict(context: CheckContext) -> Verdict:
-    if context.execution is None:
-        return Verdict("error", f"the notebook was not executed: {context.execution_problem}")
-    problems = context.execution.problems()
-    if problems:
-        return Verdict("failed", "; ".join(problems[:5]))
-    return Verdict("passed", f"all {len(context.execution.cells)} code cells ran without error")
-
-
 def memory_bill_expected(setting: dict[str, Any]) -> dict[str, float]:
     """Exercise 5's byte counts, from the rubric's sizes."""
     tokens, dim, heads = setting["tokens"], setting["embedding_dim"], setting["num_heads"]
