@@ -36,7 +36,7 @@ import pytest
 
 from grader.assignment import Assignment
 from grader.cli import main as grader_main
-from grader.gradescope import OUT_FOLDER
+from grader.gradescope import OUT_FOLDER, find_submission
 from grader.sandbox import SANDBOX_UID_BASE, SANDBOX_UID_SLOTS
 
 from conftest import ROOT as REPO, gradescope_valid
@@ -256,7 +256,7 @@ def test_auto_isolation_falls_back_to_the_unprivileged_user_without_bubblewrap(a
     finally:
         aside.rename(notebook)
     assert "Isolation: unprivileged user without bubblewrap (bubblewrap is not installed" in log
-    assert results["score"] == 0 and "submit exactly one .ipynb notebook (found: none)" in results["output"]
+    assert results["score"] == 0 and "submit exactly one .ipynb notebook and/or g2c/linear_attention/attention.py (found: none)" in results["output"]
     assert results["extra_data"]["students"] == [STUDENT]
 
 
@@ -272,3 +272,31 @@ def test_a_grading_step_that_crashes_still_leaves_valid_results(autograder: Auto
 
     broken, _ = autograder.run(AUTOGRADER_VENV=str(autograder.root / "no-venv"))   # Python cannot even start
     assert broken["score"] == 0 and "failed before it could grade" in broken["output"]
+
+
+PACKAGE = "g2c/linear_attention/attention.py"
+
+
+def _upload(root: Path, *files: str) -> Path:
+    for name in files:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("x")
+    return root
+
+
+def test_an_upload_is_found_as_one_notebook_and_or_the_package_files(tmp_path: Path) -> None:
+    """What find_submission makes of Gradescope uploads (zip uploads nest their files)."""
+    def found(*files: str):
+        root = _upload(tmp_path / str(len(list(tmp_path.iterdir()))), *files)
+        got = find_submission("s", root, [PACKAGE])
+        rel = (lambda p: p.relative_to(root).as_posix() if p else None)
+        return rel(got.path), rel(got.folder) if got.folder else None, got.problem
+
+    assert found("hw.ipynb") == ("hw.ipynb", None, None)
+    assert found("zip/hw.ipynb", f"zip/{PACKAGE}", "__MACOSX/zip/x.ipynb") == ("zip/hw.ipynb", "zip", None)
+    assert found(f"zip/{PACKAGE}") == (None, "zip", None)
+    assert found(PACKAGE) == (None, ".", None)
+    assert "exactly one .ipynb notebook and/or g2c/" in found("a.ipynb", "b.ipynb")[2]
+    assert found("notes.txt")[2].endswith(f"and/or {PACKAGE} (found: none)")
+    assert "one copy of the package files" in found(f"a/{PACKAGE}", f"b/{PACKAGE}")[2]
+    assert "side by side" in found("other/hw.ipynb", f"zip/{PACKAGE}")[2]
