@@ -155,7 +155,7 @@ def submitters(metadata: dict[str, Any]) -> list[dict[str, Any]]:
 
 def find_submission(submission_id: str, folder: Path, package_files: list[str]) -> SubmissionPath:
     """What the student uploaded, at any depth (zip uploads nest it): one ``.ipynb`` and/or the
-    assignment's package files (``package_files``, e.g. ``g2c/linear_attention/attention.py``),
+    assignment's package files (``package_files``, paths relative to the submission folder),
     graded as one submission folder. Anything else is a submission the batch scores 0 with the
     reason."""
     def visible(path: Path) -> bool:

@@ -125,6 +125,12 @@ def test_cached_drafts_make_no_request(api, assignment, tmp_path):
     outcome = grade_written(tmp_path, read_results(tmp_path), assignment, rubric, "live")
     assert len(api.posts("/v1/messages")) == 1 and outcome.cached == 1
     assert item(read_results(tmp_path)[0], FIRST).score == 3
+    # Other instructions (the rubric names the notebook differently): a new draft.
+    reworded = dataclasses.replace(rubric, llm=dataclasses.replace(rubric.llm, notebook="another course's notebook"))
+    folder(tmp_path, reworded, {"a": {FIRST: "same answer"}})
+    grade_written(tmp_path, read_results(tmp_path), assignment, reworded, "live")
+    assert len(api.posts("/v1/messages")) == 2
+    assert "from another course's notebook." in api.posts("/v1/messages")[-1]["system"][0]["text"]
 
 
 @pytest.mark.parametrize("reply, reason", [

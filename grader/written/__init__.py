@@ -130,9 +130,10 @@ def grade_written(out_dir: Path, results: list[GradeResult], assignment: Assignm
 def _pending_items(out_dir: Path, results: list[GradeResult], rubric: Rubric,
                    assignment: Assignment) -> list[_Item]:
     questions = {q.item_name: q for q in rubric.questions}
-    # A draft depends on its own question's rubric entry and reference answer, not on the rest.
-    rubric_of = {q.id: hashlib.sha256(repr((q, assignment.reference_answers[q.id])).encode()).hexdigest()
-                 for q in rubric.questions}
+    # A draft depends on its own question's rubric entry and reference answer, and on how the
+    # instructions name the notebook (``written.notebook``), not on the rest.
+    rubric_of = {q.id: hashlib.sha256(repr((q, assignment.reference_answers[q.id], rubric.llm.notebook)).encode()
+                                      ).hexdigest() for q in rubric.questions}
     found = []
     for result in results:
         try:

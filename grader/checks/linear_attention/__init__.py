@@ -1,7 +1,7 @@
 """Hidden checks for the linear_attention assignment.
 
 - ``cases``: the inputs the probe runs (each in float64 and in float32).
-- ``driver``: how the probe's harness builds and runs the layer (sent into the sandbox).
+- ``probe_driver``: how the probe's harness builds and runs the layer (sent into the sandbox).
 - ``model``: the reference computation and its named variants (the module's pitfalls).
 - ``items``: the scaffold items, each judging one concern against the variant the student's
   form was found to compute, so that a mistake is charged once.
@@ -22,7 +22,7 @@ from grader.probe import ProbeCase
 from grader.rubric import Rubric
 
 SCAFFOLD_ITEMS = ("scaffold_present", *SCAFFOLD_CHECKS, "hybrid_lm")
-PROBE_DRIVER = Path(__file__).with_name("driver.py")
+PROBE_DRIVER = Path(__file__).with_name("probe_driver.py")
 
 
 def probe_cases(rubric: Rubric) -> list[ProbeCase]:
