@@ -362,12 +362,20 @@ def receive(fd, pid, deadline, timeout):
         else:
             break  # the worker is gone and the pipe is quiet (a descendant may still hold it open)
     if buffer is None or got < _len(buffer):
-        if status is None:
+        # The pipe closes a moment before an exiting worker can be reaped: wait briefly for it,
+        # so that the message says how it ended (a worker that is still alive was not exiting).
+        reap_by = time.monotonic() + 1.0
+        while status is None:
             try:
                 done, exit_status = os.waitpid(pid, os.WNOHANG)
-                status = exit_status if done else None
             except ChildProcessError:
-                pass
+                break
+            if done:
+                status = exit_status
+            elif time.monotonic() >= reap_by:
+                break
+            else:
+                time.sleep(0.005)
         return None, describe_exit(status), False
     return buffer, None, False
 
