@@ -104,13 +104,15 @@ def _relative(path: Path, folder: Path | None) -> str:
 
 def _read_notebook(sub: Submission, path: Path, max_bytes: int) -> None:
     """``sub.notebook``, or ``sub.fatal`` saying why the file is not a notebook the grader can read."""
-    size = path.stat().st_size
-    if size > max_bytes:
+    with path.open("rb") as handle:
+        data = handle.read(max_bytes + 1)   # never more than the limit, whatever stat said
+    if len(data) > max_bytes:
+        size = max(path.stat().st_size, len(data))
         sub.fatal = (f"the notebook is {size / 2**20:.1f} MiB, over the {max_bytes / 2**20:.0f} MiB "
                      "limit; clear large outputs (Kernel > Restart & Clear Output) and resubmit")
         return
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         sub.fatal = f"the file is not UTF-8 text (byte {exc.start}); is it really a .ipynb notebook?"
         return

@@ -42,8 +42,8 @@ from that state can produce the right outputs.
 
 Student code shares its worker's interpreter and can patch this harness there
 (``sys._getframe`` reaches every frame), the driver's handlers included. That changes only
-the message of that worker, which is what dishonest student code could send anyway. Workers cannot reach the supervisor's
-channel: a worker closes its copy of the supervisor's stdout before any student code runs,
+the message of that worker, which is what dishonest student code could send anyway.
+Workers cannot reach the supervisor's channel: a worker closes its copy of the supervisor's stdout before any student code runs,
 its own stdout is the sandbox's stderr, and the supervisor is not dumpable, so
 ``/proc/<pid>/fd``, ``/proc/<pid>/mem`` and ptrace are closed to it.
 """
@@ -133,12 +133,13 @@ def given_state(inputs, dtype):
     return tuple(parts) if parts else None
 
 
-def save_state(state):
-    """Relay a state to the next segment; only tensors can cross (one, or a tuple of them)."""
+def save_state(state, requirement="the state must be a tensor or a tuple of tensors"):
+    """Relay a state to the next segment; only tensors can cross (one, or a tuple of them).
+    ``requirement`` words the error for the student (a driver names its own state)."""
     parts = list(state) if _isinstance(state, (tuple, list)) else [state]
     if not 0 < _len(parts) <= MAX_STATE_ARRAYS or not all(_isinstance(p, _Tensor) for p in parts):
-        raise TypeError(f"the state must be a tensor or a tuple of at most {MAX_STATE_ARRAYS} tensors; "
-                        f"got {_type(state).__name__} of {[_type(p).__name__ for p in parts][:MAX_STATE_ARRAYS]}")
+        raise TypeError(f"{requirement} (at most {MAX_STATE_ARRAYS}); got "
+                        f"{_type(state).__name__} of {[_type(p).__name__ for p in parts][:MAX_STATE_ARRAYS]}")
     for i, part in enumerate(parts):
         save_output(f"state.{i}", part)
 

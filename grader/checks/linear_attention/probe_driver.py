@@ -47,10 +47,7 @@ def case_steps(module, inputs, config):
             y, state = la.step(x[:, t], state)
             outputs.append(y)
     save_output("y", _stack(outputs, dim=1))
-    if not _isinstance(state, (tuple, list)) or not all(_isinstance(p, _Tensor) for p in state):
-        raise TypeError(f"step must return its state as a tuple of tensors (S, z); it returned "
-                        f"{_type(state).__name__}")
-    save_state(state)
+    save_state(state, "step must return its state as a tuple of tensors (S, z)")
     return {}
 
 

@@ -51,14 +51,14 @@ class Evidence:
         self.context = context
         self.plan = inputs.plan()
         tolerances = context.rubric.tolerances
-        self.tol = tolerances.get("identity_float64", 1e-12)
-        self.min_gap = tolerances.get("float32_min_gap", 1e-8)
-        self.unpadded_min = tolerances.get("unpadded_min", 0.1)
-        self.capacity_rel = tolerances.get("capacity_rel", 0.05)
-        self.softmax_max = tolerances.get("softmax_max", 1e-3)
-        self.orthonormal_max = tolerances.get("orthonormal_max", 1e-12)
-        self.isotropy_mean = tolerances.get("isotropy_mean", 0.05)
-        self.isotropy_covariance = tolerances.get("isotropy_covariance", 0.25)
+        self.tol = tolerances["identity_float64"]
+        self.min_gap = tolerances["float32_min_gap"]
+        self.unpadded_min = tolerances["unpadded_min"]
+        self.capacity_rel = tolerances["capacity_rel"]
+        self.softmax_max = tolerances["softmax_max"]
+        self.orthonormal_max = tolerances["orthonormal_max"]
+        self.isotropy_mean = tolerances["isotropy_mean"]
+        self.isotropy_covariance = tolerances["isotropy_covariance"]
         self._verdicts: dict[str, Verdict] = {}
 
     # ------------------------------------------------------------------ raw outputs
