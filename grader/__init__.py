@@ -7,4 +7,4 @@ hidden checks (``checks/<name>/``); ``assign`` makes student notebooks from a ma
 ``sandbox`` isolates student code and ``cli`` ties it together.
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

@@ -124,6 +124,30 @@ _PREFIX_Q = "Question:"
 _PREFIX_A = "Answer:"
 
 
+def parse_python(code: str) -> ast.Module:
+    """``ast.parse`` for code a student wrote: whatever the parser raises is a SyntaxError. A
+    deeply nested expression makes it raise RecursionError or MemoryError, a null byte
+    ValueError; each is that submission's problem, never the grader's."""
+    try:
+        return ast.parse(code)
+    except SyntaxError:
+        raise
+    except (RecursionError, MemoryError, ValueError) as exc:
+        raise SyntaxError(parse_failure(exc)) from None
+
+
+def parse_failure(exc: BaseException) -> str:
+    """A parser's failure on student input that is not a syntax error, in a student's words."""
+    if isinstance(exc, (RecursionError, MemoryError)):
+        return "it is nested too deeply for the grader to read (simplify the deepest expression)"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def syntax_problem(exc: SyntaxError) -> str:
+    """``line N: message`` for a SyntaxError from ``parse_python`` (no line when it has none)."""
+    return f"line {exc.lineno}: {exc.msg}" if exc.lineno else str(exc.msg)
+
+
 def parse_written_answer(cell: Any) -> WrittenAnswer | None:
     """Read a Question/Answer cell: a code cell of two string literals, or a markdown cell.
 
@@ -136,7 +160,7 @@ def parse_written_answer(cell: Any) -> WrittenAnswer | None:
             return None
         return WrittenAnswer(head.strip()[len(_PREFIX_Q):].strip(), tail.strip())
     try:
-        module = ast.parse(text)
+        module = parse_python(text)
     except SyntaxError:
         return None
     literals = [node.value.value for node in module.body

@@ -7,15 +7,17 @@ finds the solution or template graded wrongly or ``check`` finds the notebook no
 from __future__ import annotations
 
 import argparse
-import subprocess
+import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from grader import assign
 from grader.assignment import PROJECT_ROOT, Assignment
-from grader.batch import default_workers, discover, grade_batch
+from grader.batch import default_workers, grade_batch
+from grader.intake import Refused, discover, read_file, safe_id
 from grader.load import package_files
 from grader.pipeline import GRADER_ERRORS
 from grader.report.changes import record_changes
@@ -101,7 +103,7 @@ def _cmd_grade(args: argparse.Namespace) -> int:
                      "max_retries": args.llm_retries}
         llm = replace(rubric.llm, **{k: v for k, v in overrides.items() if v is not None})
         written = grade_written(out_dir, outcome.results, assignment, replace(rubric, llm=llm), args.llm,
-                                args.llm_budget)
+                                args.llm_budget, guard=args.llm_guard)
         print(written.note, file=sys.stderr)
     try:
         for line in apply_overrides(outcome.results, out_dir):
@@ -187,12 +189,49 @@ CHECK_SCRIPT = "check.py"
 
 def _cmd_check(args: argparse.Namespace) -> int:
     """Run the assignment's own check.py, the script students run, so that a TA sees exactly what
-    the student sees; it runs only the public tests, never a hidden check."""
+    the student sees; it runs only the public tests, never a hidden check. The public tests run
+    the notebook's code, so check.py runs in the grading sandbox, on copies of the assignment
+    folder and of the notebook in its scratch: 0 when check.py finds the notebook ready, else 1."""
     name = args.assignment or _assignment_with_check()
-    script = Assignment(name, PROJECT_ROOT).template_path.parent / CHECK_SCRIPT
-    if not script.is_file():
-        raise CommandError(f"assignment {name!r} ships no {CHECK_SCRIPT} (looked for {script})")
-    return subprocess.run([sys.executable, str(script), args.notebook]).returncode
+    assignment = Assignment(name, PROJECT_ROOT)
+    folder = assignment.template_path.parent
+    if not (folder / CHECK_SCRIPT).is_file():
+        raise CommandError(f"assignment {name!r} ships no {CHECK_SCRIPT} (looked for {folder / CHECK_SCRIPT})")
+    notebook = Path(args.notebook)
+    if not notebook.exists():
+        raise CommandError(f"{notebook}: no such notebook")
+    problem = assignment.check_files()
+    if problem:
+        raise CommandError(problem)
+    try:
+        limits = assignment.rubric.limits
+    except RubricError as exc:
+        raise CommandError(str(exc)) from exc
+    try:   # through intake, as grading reads it: a regular file, capped (the TA's path may be a link)
+        data = read_file(notebook.resolve(), notebook.resolve().parent, int(limits.notebook_max_mib * 2**20),
+                         str(notebook))
+    except Refused as exc:
+        print(f"grader: {exc}", file=sys.stderr)
+        return 1
+    sandbox = make_sandbox(limits, args.allow_unsandboxed, args.isolation, _hidden_paths(assignment))
+    with tempfile.TemporaryDirectory(prefix="g2c-check-") as tmp:
+        scratch = Path(tmp).resolve()
+        shutil.copytree(folder, scratch / name, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+        # In a folder of its own, so that no name of the TA's can clash with the assignment's files.
+        (scratch / "notebook").mkdir()
+        copy = scratch / "notebook" / f"{safe_id(notebook.stem)}.ipynb"
+        copy.write_bytes(data)
+        # check.py's pytest lists every folder above tests/ that is not above check.py's temporary
+        # folder (pytest's confcutdir); bwrap's folders above scratch cannot be listed, so that
+        # temporary folder goes in scratch too.
+        (scratch / "tmp").mkdir()
+        result = sandbox.run([sys.executable, str(scratch / name / CHECK_SCRIPT), str(copy)], scratch=scratch,
+                             env={"TMPDIR": str(scratch / "tmp")})
+    sys.stdout.write(result.stdout)
+    sys.stderr.write(result.stderr)
+    for reason in result.stopped:
+        print(f"grader: the sandbox stopped {CHECK_SCRIPT}: {reason}", file=sys.stderr)
+    return 0 if result.returncode == 0 else 1
 
 
 def _assignment_with_check() -> str:
@@ -267,6 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
     llm.add_argument("--llm-max-tokens", type=int, help="default: the rubric's written.max_tokens")
     llm.add_argument("--llm-concurrency", type=int, help="live requests in flight (default: the rubric's)")
     llm.add_argument("--llm-retries", type=int, help="retries per request (default: the rubric's)")
+    llm.add_argument("--llm-guard", action="store_true",
+                     help="a second opinion: one more request per answer, with no rubric, asking only whether it "
+                          "addresses the grader; a yes flags it (cached, counted in the cost and the budget)")
     _add_release_option(p)
     _add_grading_options(p)
     p.set_defaults(run=_cmd_grade)
@@ -301,9 +343,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="autograder.zip", help="target path (default ./autograder.zip)")
     p.set_defaults(run=_cmd_gradescope_bundle)
 
-    p = commands.add_parser("check", help="run an assignment's check.py on a notebook, as a student would")
+    p = commands.add_parser("check", help="run an assignment's check.py on a notebook, as a student would, "
+                                          "in the grading sandbox")
     p.add_argument("notebook", help="the notebook to check")
     p.add_argument("--assignment", help="default: the only assignment that ships a check.py")
+    p.add_argument("--allow-unsandboxed", action="store_true",
+                   help="run check.py (and the notebook's code) without bubblewrap when it is unusable (unsafe)")
+    p.add_argument("--isolation", choices=("auto", *ISOLATION_LEVELS), default="auto",
+                   help="as for grade (default auto)")
     p.set_defaults(run=_cmd_check)
     return parser
 

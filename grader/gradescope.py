@@ -6,7 +6,7 @@ runs ``run_autograder`` as root, with the student's files in ``/autograder/submi
 the submitters in ``/autograder/submission_metadata.json``, and shows
 ``/autograder/results/results.json``. The scripts live in the repository's ``gradescope/``
 folder; ``run_autograder`` calls ``python -m grader.gradescope`` (:func:`main`), which grades
-the upload (one notebook and/or the assignment's package files, :func:`find_submission`) with
+the upload (one notebook and/or the assignment's package files, ``intake.find_submission``) with
 the pipeline of ``grader grade`` and names the submitters in the
 results' top-level ``extra_data`` (``students``: name, sid, email each).
 
@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from grader.assignment import PROJECT_ROOT, Assignment
-from grader.batch import SubmissionPath, grade_batch
+from grader.batch import grade_batch
 from grader.cli import CommandError, make_sandbox
+from grader.intake import find_submission
 from grader.load import package_files
 from grader.report.results import RESULTS_FILE
 from grader.sandbox import ISOLATION_LEVELS
@@ -153,34 +154,6 @@ def submitters(metadata: dict[str, Any]) -> list[dict[str, Any]]:
             for user in (users if isinstance(users, list) else []) if isinstance(user, dict)]
 
 
-def find_submission(submission_id: str, folder: Path, package_files: list[str]) -> SubmissionPath:
-    """What the student uploaded, at any depth (zip uploads nest it): one ``.ipynb`` and/or the
-    assignment's package files (``package_files``, paths relative to the submission folder),
-    graded as one submission folder. Anything else is a submission the batch scores 0 with the
-    reason."""
-    def visible(path: Path) -> bool:
-        return not any(part.startswith((".", "__MACOSX")) for part in path.relative_to(folder).parts)
-
-    notebooks = sorted(p for p in folder.rglob("*.ipynb") if visible(p))
-    # The folder a package file sits in as the course lays it out: where its path starts.
-    roots = sorted({found.parents[len(Path(name).parts) - 1] for name in package_files
-                    for found in folder.rglob(Path(name).name)
-                    if visible(found) and found.as_posix().endswith("/" + name)})
-    listed = ", ".join(p.relative_to(folder).as_posix() for p in notebooks) or "none"
-    if len(notebooks) > 1 or (not notebooks and not roots):
-        also = f" and/or {', '.join(package_files)}" if package_files else ""
-        return SubmissionPath(submission_id, None, f"submit exactly one .ipynb notebook{also} (found: {listed})")
-    if len(roots) > 1:
-        return SubmissionPath(submission_id, None, "submit one copy of the package files (found under "
-                                                   f"{', '.join(r.relative_to(folder).as_posix() or '.' for r in roots)})")
-    if not roots:
-        return SubmissionPath(submission_id, notebooks[0])
-    if notebooks and roots[0] not in notebooks[0].parents:
-        return SubmissionPath(submission_id, None, "put the notebook and the package folder side by side "
-                                                   f"(found {listed} outside {roots[0].relative_to(folder).as_posix() or '.'})")
-    return SubmissionPath(submission_id, notebooks[0] if notebooks else None, folder=roots[0])
-
-
 def failure_results(reason: str) -> dict[str, Any]:
     """A valid results.json for a submission the grader could not grade at all: without it
     Gradescope would show the student nothing."""
@@ -209,8 +182,7 @@ def _grade(layout: Layout, assignment_name: str, isolation: str, submission_id: 
     if problem:
         raise CommandError(problem)
     rubric = assignment.rubric
-    submission = find_submission(re.sub(r"[^A-Za-z0-9_-]", "_", submission_id), layout.submission,
-                                 package_files(assignment.template))
+    submission = find_submission(submission_id, layout.submission, package_files(assignment.template))
     protected = [p for p in (layout.source, layout.out, layout.results, layout.metadata) if p.exists()]
     sandbox = make_sandbox(rubric.limits, False, isolation, protected)
     grade_batch([submission], assignment, sandbox, rubric, layout.out, workers=1)

@@ -104,9 +104,9 @@ def graft_scaffold(master_scaffold: str, student_scaffold: str, provided_names: 
     """
     master_tree = ast.parse(master_scaffold)
     try:
-        student_tree = ast.parse(student_scaffold)
+        student_tree = cells.parse_python(student_scaffold)
     except SyntaxError as exc:
-        raise GraftError(f"the scaffold cell is not valid Python: line {exc.lineno}: {exc.msg}") from exc
+        raise GraftError(f"the scaffold cell is not valid Python: {cells.syntax_problem(exc)}") from exc
     notes: list[str] = []
     classes = [owner for owner in scaffold.owners if scaffold.methods(owner)]
     grafted = [_graft_class(_find_class(master_tree, name), _find_class(student_tree, name),
@@ -214,10 +214,13 @@ def submission_module_source(master: nbformat.NotebookNode,
                 notes.append(f"{', '.join(part.symbols)}: not found in the notebook, not graded")
                 sources.append("")
                 continue
-            part, graft_notes = graft_scaffold(masters[part.cell_id], student_scaffolds[part.cell_id],
-                                               names, part, imports)
+            try:
+                part, graft_notes = graft_scaffold(masters[part.cell_id], student_scaffolds[part.cell_id],
+                                                   names, part, imports)
+                part, found = _without_futures(part)
+            except (RecursionError, MemoryError) as exc:   # ast.unparse of a very deep expression
+                raise GraftError(f"the scaffold cell cannot be graded: {cells.parse_failure(exc)}") from None
             notes.extend(graft_notes)
-            part, found = _without_futures(part)
             futures.update(found)
         sources.append(part)
     # A future statement must open its module; in a notebook each cell is one, so a student's

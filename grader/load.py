@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import ast
 import copy
-import hashlib
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,7 @@ import nbformat
 
 from grader import cells
 from grader.graft import provided_names
-from grader.untrusted import read_bytes
+from grader.intake import Refused, read_file, submission_files, submission_sha256
 
 @dataclass
 class Submission:
@@ -41,6 +39,7 @@ class Submission:
     sources: dict[str, Any] = field(default_factory=dict)   # which file each part came from (package-style only)
     answers: dict[str, cells.WrittenAnswer] = field(default_factory=dict)
     unchanged: set[str] = field(default_factory=set)   # answers still as the template has them
+    duplicate_answers: dict[str, list[int]] = field(default_factory=dict)   # question id -> later cells claiming it
 
 
 def load_submission(path: Path | None, submission_id: str, template: nbformat.NotebookNode,
@@ -51,12 +50,12 @@ def load_submission(path: Path | None, submission_id: str, template: nbformat.No
     questions match the written answers. A package file holds its scaffold instead of the
     notebook, so a submission graded from it needs no readable notebook for that part."""
     files = submission_files(path, folder, package_files(template))
-    sub = Submission(submission_id, path, submission_sha256(files))
+    sub = Submission(submission_id, path, submission_sha256(files, folder, max_bytes))
     if path is None:
         sub.fatal = (f"the submission has no notebook (.ipynb), only {', '.join(sorted(files))}; "
                      "the exercises and the written answers are graded from the notebook")
     else:
-        _read_notebook(sub, path, max_bytes)
+        _read_notebook(sub, path, folder or path.parent, max_bytes)
     _find_scaffolds(sub, template, files, folder, max_bytes)
     if sub.notebook is not None:
         _find_answers(sub, template)
@@ -70,46 +69,17 @@ def package_files(template: nbformat.NotebookNode) -> list[str]:
     return [s.package_file for s in cells.scaffolds(template) if s.package_file]
 
 
-def submission_files(notebook: Path | None, folder: Path | None, declared: Iterable[str]) -> dict[str, Path]:
-    """Everything graded, by its path relative to the submission folder (a lone notebook: its
-    name): the notebook and each ``declared`` package file that the folder holds."""
-    files = {} if notebook is None else {_relative(notebook, folder): notebook}
-    if folder is not None:
-        files.update({name: folder / name for name in declared if (folder / name).is_file()})
-    return files
-
-
-def submission_sha256(files: dict[str, Path]) -> str:
-    """The digest results, caches and overrides follow. One file (a plain notebook): its own
-    sha256, the digest a notebook always had, so earlier results stay valid. Several: the sha256
-    of their sorted ``relative path NUL sha256 LF`` lines, so changing, adding, removing or
-    moving any one of them changes it."""
-    if len(files) == 1:
-        return sha256_file(next(iter(files.values())))
-    lines = "".join(f"{name}\0{sha256_file(files[name])}\n" for name in sorted(files))
-    return hashlib.sha256(lines.encode()).hexdigest()
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(2**20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _relative(path: Path, folder: Path | None) -> str:
     return path.relative_to(folder).as_posix() if folder is not None else path.name
 
 
-def _read_notebook(sub: Submission, path: Path, max_bytes: int) -> None:
+def _read_notebook(sub: Submission, path: Path, root: Path, max_bytes: int) -> None:
     """``sub.notebook``, or ``sub.fatal`` saying why the file is not a notebook the grader can read."""
-    with path.open("rb") as handle:
-        data = handle.read(max_bytes + 1)   # never more than the limit, whatever stat said
-    if len(data) > max_bytes:
-        size = max(path.stat().st_size, len(data))
-        sub.fatal = (f"the notebook is {size / 2**20:.1f} MiB, over the {max_bytes / 2**20:.0f} MiB "
-                     "limit; clear large outputs (Kernel > Restart & Clear Output) and resubmit")
+    try:
+        data = read_file(path, root, max_bytes, "the notebook")
+    except Refused as exc:
+        sub.fatal = str(exc) + ("; clear large outputs (Kernel > Restart & Clear Output) and resubmit"
+                                if "limit" in str(exc) else "")
         return
     try:
         text = data.decode("utf-8")
@@ -121,6 +91,9 @@ def _read_notebook(sub: Submission, path: Path, max_bytes: int) -> None:
     except json.JSONDecodeError as exc:
         sub.fatal = f"the file is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
         return
+    except (RecursionError, MemoryError, ValueError) as exc:   # nesting or numbers past the parser's limits
+        sub.fatal = f"the file's JSON cannot be read: {cells.parse_failure(exc)}"
+        return
     if not isinstance(raw, dict) or not isinstance(raw.get("cells"), list):
         sub.fatal = "the JSON is not a Jupyter notebook (no list of cells)"
         return
@@ -128,7 +101,11 @@ def _read_notebook(sub: Submission, path: Path, max_bytes: int) -> None:
         sub.fatal = (f"unsupported notebook format {raw.get('nbformat')!r}; "
                      "save the notebook with Jupyter (nbformat 4)")
         return
-    sub.notebook = _to_notebook(raw, sub.notes)
+    try:
+        sub.notebook = _to_notebook(raw, sub.notes)
+    except (RecursionError, MemoryError) as exc:
+        sub.notes.append(f"the notebook cannot be read: {cells.parse_failure(exc)}")
+        sub.notebook = None
     if sub.notebook is None:
         sub.fatal = sub.notes.pop()
 
@@ -159,7 +136,7 @@ def _to_notebook(raw: dict, notes: list[str]) -> nbformat.NotebookNode | None:
 def defined_names(code: str) -> list[str] | None:
     """Top-level class and function names a cell defines, or None when it is not valid Python."""
     try:
-        module = ast.parse(code)
+        module = cells.parse_python(code)
     except SyntaxError:
         return None
     return [node.name for node in module.body
@@ -228,23 +205,18 @@ def _package_scaffold(folder: Path, scaffold: cells.Scaffold, provided: set[str]
     """The package file's code as its notebook cell's (see ``_as_cell``), or why it cannot be
     graded. It is parsed here, never run: the probe and the notebook run it in the sandbox."""
     name, owner = scaffold.package_file, scaffold.owners[0]
-    path = folder / name
-    size = path.stat().st_size
-    if size > max_bytes:
-        return "", f"{name} is {size / 2**20:.1f} MiB, over the {max_bytes / 2**20:.0f} MiB limit"
-    data = read_bytes(path, folder, max_bytes)
-    if data is None:
-        return "", f"{name} is not a regular file inside the submission folder (a link?); submit the file itself"
+    try:
+        data = read_file(folder / name, folder, max_bytes, name)
+    except Refused as exc:
+        return "", f"{exc}; submit the file itself"
     try:
         code = data.decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")
     except UnicodeDecodeError as exc:
         return "", f"{name} is not UTF-8 text (byte {exc.start}); save it as UTF-8"
     try:
-        tree = ast.parse(code)
+        tree = cells.parse_python(code)
     except SyntaxError as exc:
-        return "", f"{name} is not valid Python: line {exc.lineno}: {exc.msg}"
-    except ValueError as exc:   # a null byte
-        return "", f"{name} is not valid Python: {exc}"
+        return "", f"{name} is not valid Python: {cells.syntax_problem(exc)}"
     if not set(scaffold.owners) & set(defined_names(code)):
         return "", f"{name} defines no `{scaffold.definition(owner)}`; keep the name the assignment gives"
     return _as_cell(code, tree, name.split("/")[0], provided), None
@@ -289,7 +261,10 @@ def _record_sources(sub: Submission, template: nbformat.NotebookNode, notebook: 
 
 
 def _find_answers(sub: Submission, template: nbformat.NotebookNode) -> None:
-    """Written answers by question id (cell metadata), falling back to the question text."""
+    """Written answers by question id (cell metadata), falling back to the question text. The
+    first cell claiming a question is its answer: a later one (an extra cell carrying a copied
+    id, say) is not graded, is named in the notes and in ``duplicate_answers``, and flags the
+    question for review, so that no cell can replace the answer a TA reads first."""
     by_text, template_answers = {}, {}
     for cell in template.cells:
         qid = cells.question_id(cell)
@@ -297,12 +272,20 @@ def _find_answers(sub: Submission, template: nbformat.NotebookNode) -> None:
         if qid and parsed:
             by_text[parsed.question] = qid
             template_answers[qid] = parsed.answer.strip()
-    for cell in sub.notebook.cells:
+    first: dict[str, int] = {}
+    for index, cell in enumerate(sub.notebook.cells):
         parsed = cells.parse_written_answer(cell)
         if parsed is None:
             continue
         qid = cells.question_id(cell) or by_text.get(parsed.question)
-        if qid is not None:
-            sub.answers[qid] = parsed  # a later copy of the same question wins
+        if qid is None:
+            continue
+        if qid in sub.answers:
+            sub.duplicate_answers.setdefault(qid, []).append(index)
+        else:
+            sub.answers[qid], first[qid] = parsed, index
+    for qid, later in sub.duplicate_answers.items():
+        sub.notes.append(f"{qid} is answered in {len(later) + 1} cells ({', '.join(map(str, [first[qid], *later]))}): "
+                         "the first is graded, the others are not, and the answer is flagged for review")
     sub.unchanged = {qid for qid, parsed in sub.answers.items()
                      if not parsed.is_blank and parsed.answer.strip() == template_answers.get(qid)}

@@ -72,7 +72,7 @@ class SubmissionGrader:
                                execution, execution_problem,
                                execution.answers if execution else {})
         verdicts = self.checks.evaluate(context)
-        items = score_items(self.rubric, verdicts, submission)
+        items = score_items(self.rubric, verdicts, submission, context.answers)
         if submission.fatal:
             notes.insert(0, f"This notebook could not be graded: {submission.fatal}" if path is not None
                          else f"Only the package files were graded: {submission.fatal}")
@@ -91,7 +91,8 @@ class SubmissionGrader:
                              f"see {GRADER_ERRORS}\n")
         return GradeResult(submission_id, self.rubric.assignment, __version__, submission.sha256, items,
                            notes, time.monotonic() - started, self.cache_key(submission.sha256), artifacts,
-                           isolation=self.sandbox.isolation if ran else "", sources=submission.sources)
+                           isolation=self.sandbox.isolation if ran else "", sources=submission.sources,
+                           grader_errors=sorted(crashed))
 
     def _execute(self, submission: Submission, scratch: Path, notes: list[str]) -> ExecutionResult:
         notebook = _with_package_scaffolds(submission, self.assignment.master)

@@ -712,11 +712,16 @@ class _MountPlan:
 # --------------------------------------------------------------------------------------
 
 
+#: The lock files of the uid leases. The uids are the whole machine's, so every grader must use
+#: the same folder whatever its TMPDIR; /run is root's, as the leases are.
+_UID_LOCK_DIR = Path("/run/g2c-grader-sandbox-uids")
+
+
 class _UidLease:
     """Reserve a uid of the sandbox range for one run (a lock file is held meanwhile)."""
 
     def __init__(self) -> None:
-        lock_dir = Path(tempfile.gettempdir()) / "g2c-grader-sandbox-uids"
+        lock_dir = _UID_LOCK_DIR
         lock_dir.mkdir(mode=0o700, exist_ok=True)
         info = lock_dir.lstat()
         if lock_dir.is_symlink() or info.st_uid != os.geteuid() or info.st_mode & 0o077:

@@ -39,6 +39,10 @@ class GradeResult:
     artifacts: dict[str, bytes] = field(default_factory=dict)   # extra files for DIR/<id>/
     isolation: str = ""   # how the student's code was isolated (sandbox.ISOLATION_LEVELS); "" if it never ran
     sources: dict[str, Any] = field(default_factory=dict)   # the file each part came from (package-style only)
+    # The grader's own state, as data (never read back from note text, which a file name can
+    # forge): items whose check crashed ("*" for the whole submission), regraded by the next run.
+    grader_errors: list[str] = field(default_factory=list)
+    submitted_as: str = ""   # the file or folder name as submitted, when the id had to differ
 
     @property
     def score(self) -> float:
@@ -52,8 +56,10 @@ class GradeResult:
         """Gradescope's autograder schema (a test's ``status`` is only passed or failed there,
         so the grader's own state and the stable item id go in its ``extra_data``), plus the
         contract's fields at the top level, also copied into the top-level ``extra_data``, which
-        also says how the student's code was isolated (``isolation``, once it ran) and, for a
-        submission with package files, which file each part came from (``sources``)."""
+        also says how the student's code was isolated (``isolation``, once it ran), for a
+        submission with package files which file each part came from (``sources``), the items
+        an internal grader error left ungraded (``grader_errors``) and the name as submitted
+        when the id differs (``submitted_as``)."""
         contract = {"submission_id": self.submission_id, "assignment": self.assignment,
                     "grader_version": self.grader_version, "submission_sha256": self.submission_sha256,
                     "cache_key": self.cache_key}
@@ -71,12 +77,21 @@ class GradeResult:
                                       **({"details": i.details} if i.details else {})}} for i in self.items],
             **contract,
             "extra_data": {**contract, **({"isolation": self.isolation} if self.isolation else {}),
-                           **({"sources": self.sources} if self.sources else {})},
+                           **({"sources": self.sources} if self.sources else {}),
+                           **({"grader_errors": self.grader_errors} if self.grader_errors else {}),
+                           **({"submitted_as": self.submitted_as} if self.submitted_as else {})},
         }
 
 
-def score_items(rubric: Rubric, verdicts: dict[str, Verdict], submission: Submission) -> list[ItemResult]:
-    """One result per rubric item, autograded items first, then written questions."""
+def score_items(rubric: Rubric, verdicts: dict[str, Verdict], submission: Submission,
+                exported: dict[str, Any] | None = None) -> list[ItemResult]:
+    """One result per rubric item, autograded items first, then written questions. Written
+    answers are screened here, whatever ``--llm`` says (``exported``: the executed notebook's
+    answer variables, the grounding values screened with each answer); a flagged one waits
+    for a TA."""
+    from grader.written import screen   # not at the top: grader.written imports this module
+
+    flags = screen(rubric, submission, exported or {})
     results = []
     for item in rubric.items:
         verdict = verdicts.get(item.name) or Verdict("error", "no check decided this item (grader bug)")
@@ -93,14 +108,22 @@ def score_items(rubric: Rubric, verdicts: dict[str, Verdict], submission: Submis
             status, output = "failed", "not submitted (the answer is blank, or unchanged from the template)"
         else:
             status, output = "pending_review", PENDING
-        results.append(written_item(rubric, question, status, output))
+        results.append(written_item(rubric, question, status, output, flags.get(question.id)))
     return results
 
 
-def written_item(rubric: Rubric, question: Question, status: str, output: str) -> ItemResult:
-    """A written question's item as the pipeline leaves it for the written stage (0 points)."""
+def written_item(rubric: Rubric, question: Question, status: str, output: str,
+                 flags: list[str] | None = None) -> ItemResult:
+    """A written question's item as the pipeline leaves it for the written stage (0 points).
+    A flagged one is ``pending_review`` whatever it would have been, its flags in ``details``
+    (where the written stage keeps them and the review queue reads them) and in its output."""
+    details = None
+    if flags:
+        status, details = "pending_review", {"flags": list(flags)}
+        output += (f"\nFLAGGED for review ({'; '.join(flags)}). It gains no points until a TA sets its score in "
+                   "overrides.yaml.")
     return ItemResult(question.item_name, question.title, 0.0, question.points, status, output, [WRITTEN_TAG],
-                      rubric.llm.visibility)
+                      rubric.llm.visibility, details=details)
 
 
 def result_from_json(data: dict[str, Any]) -> GradeResult:
@@ -121,7 +144,9 @@ def result_from_json(data: dict[str, Any]) -> GradeResult:
     return GradeResult(data["submission_id"], data["assignment"], data["grader_version"],
                        data["submission_sha256"], items, notes, float(data.get("execution_time", 0)),
                        data.get("cache_key", ""), isolation=str(top.get("isolation", "")),
-                       sources=top["sources"] if isinstance(top.get("sources"), dict) else {})
+                       sources=top["sources"] if isinstance(top.get("sources"), dict) else {},
+                       grader_errors=[str(e) for e in top.get("grader_errors") or []],
+                       submitted_as=str(top.get("submitted_as", "")))
 
 
 def _override_note(override: dict[str, Any] | None) -> str:

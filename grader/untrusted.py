@@ -22,26 +22,45 @@ from typing import Any
 import numpy as np
 
 
-def read_bytes(path: Path, root: Path, max_bytes: int, sha256: str | None = None) -> bytes | None:
-    """The file's bytes, or None when it is absent, not a regular file, outside root, too big,
-    or (``sha256`` given) not the file whose digest that is."""
+def read_regular(path: Path, root: Path, max_bytes: int, truncate: bool = False) -> tuple[bytes | None, str | None]:
+    """(the file's bytes, None), or (None, why not): ``path`` must resolve inside ``root``, not be
+    a link itself, and be a regular file of at most ``max_bytes`` (``truncate``: its first
+    ``max_bytes`` bytes instead). Never blocks (a FIFO is refused, not opened for reading) and
+    never reads more than ``max_bytes`` + 1 bytes, whatever stat said."""
     try:
+        if os.path.islink(path):
+            return None, "a symbolic link (submit the file itself)"
         if not Path(os.path.realpath(path)).is_relative_to(os.path.realpath(root)):
-            return None
+            return None, "outside its folder (through a linked folder)"
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
+    except FileNotFoundError:
+        return None, "absent"
+    except OSError as exc:
+        return None, f"unreadable ({exc.strerror})"
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
-            return None
+        if not stat.S_ISREG(info.st_mode):
+            return None, "not a regular file"
+        if info.st_size > max_bytes and not truncate:
+            return None, "too large"
         with os.fdopen(fd, "rb", closefd=False) as handle:
-            data = handle.read(max_bytes + 1)
-        if len(data) > max_bytes or (sha256 is not None and hashlib.sha256(data).hexdigest() != sha256):
-            return None
-        return data
+            data = handle.read(max_bytes + (0 if truncate else 1))
+        if len(data) > max_bytes:
+            return None, "too large"
+        return data, None
+    except OSError as exc:
+        return None, f"unreadable ({exc.strerror})"
     finally:
         os.close(fd)
+
+
+def read_bytes(path: Path, root: Path, max_bytes: int, sha256: str | None = None) -> bytes | None:
+    """The file's bytes, or None when it is absent, not a regular file, outside root, too big,
+    or (``sha256`` given) not the file whose digest that is (see ``read_regular``)."""
+    data, _ = read_regular(path, root, max_bytes)
+    if data is None or (sha256 is not None and hashlib.sha256(data).hexdigest() != sha256):
+        return None
+    return data
 
 
 def json_object(data: bytes) -> dict[str, Any] | None:

@@ -591,6 +591,44 @@ def patch_harness_at_import(t: Targets) -> nbformat.NotebookNode:
     """))
 
 
+_DECAY_LINE = "gamma = self.decay.to(x.dtype)"   # in the master's forward
+
+
+@attack
+def forge_hybrid_report(t: Targets) -> nbformat.NotebookNode:
+    """No step; forward reads the decay through .detach() (the same numbers, but no gradient
+    reaches gamma_logit), and at import the frame that runs the scaffold leads to the
+    harness's handlers, whose hybrid handler is wrapped to report every gradient present and
+    finite and the right number of forward calls: the report hybrid_lm once believed."""
+    source = no_step_scaffold(t.master, prelude="""
+        import sys as _psys
+
+
+        def _forge_hybrid_report():
+            frame = _psys._getframe(1)
+            while frame is not None:
+                handlers = frame.f_locals.get("handlers")   # what the harness's run_case dispatches on
+                if isinstance(handlers, dict) and "hybrid" in handlers:
+                    honest = handlers["hybrid"]
+
+                    def forged(module, inputs, config):
+                        info = honest(module, inputs, config)
+                        info.update(missing_grads=[], grads_finite=True,
+                                    linear_forward_calls=list(config["layer_pattern"]).count("linear"))
+                        return info
+
+                    handlers["hybrid"] = forged
+                    return True
+                frame = frame.f_back
+            return False
+
+
+        _FORGED = _forge_hybrid_report()
+    """)
+    assert source.count(_DECAY_LINE) == 1, "the master's forward no longer reads the decay this way"
+    return with_scaffold(baseline(t.master), source.replace(_DECAY_LINE, "gamma = self.decay.detach().to(x.dtype)"))
+
+
 # A step that does not recur at all: it keeps the tokens seen so far outside (S, z), finds
 # them again from the state it is given, and runs forward over them.
 _HISTORY_STEP = """

@@ -16,7 +16,8 @@ import pytest
 
 from grader import cells
 from grader.assignment import Assignment
-from grader.batch import BatchOutcome, discover, grade_batch
+from grader.batch import BatchOutcome, grade_batch
+from grader.intake import discover
 from grader.cli import make_sandbox
 from grader.pipeline import SubmissionGrader
 from grader.sandbox import Sandbox

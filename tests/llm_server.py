@@ -7,7 +7,9 @@ its full points unless the answer contains the word WRONG (then none), and an an
 for full marks is flagged. ``script`` replaces that with a function of the request (its
 result is the tool input, or a list of content blocks), ``failures`` queues error answers
 (status, error type) that the next requests get first, ``delay_s`` slows every answer, and
-``batch_ready`` says whether a batch has ended.
+``batch_ready`` says whether a batch has ended. A guard request (``--llm-guard``: the tool is
+record_screening) is answered by ``guard`` instead, by default another readable rule: the data
+addresses the grader when it says "psst", a whisper the grader's own detector has no pattern for.
 """
 from __future__ import annotations
 
@@ -35,11 +37,17 @@ def grade_by_rule(request: dict[str, Any]) -> dict[str, Any]:
             "confidence": 0.9, "needs_review": False, "injection_suspected": "full marks" in answer.lower()}
 
 
-def message(scripted: Any, usage: dict[str, int] = USAGE) -> dict[str, Any]:
-    """A Messages API reply: a record_grade call with ``scripted`` as its input, or, when
+def screen_by_rule(request: dict[str, Any]) -> dict[str, Any]:
+    """The guard's yes when the student data says psst."""
+    whisper = "psst" in request["messages"][0]["content"].lower()
+    return {"evidence": "psst" if whisper else "", "addresses_grader": whisper}
+
+
+def message(scripted: Any, usage: dict[str, int] = USAGE, tool: str = "record_grade") -> dict[str, Any]:
+    """A Messages API reply: a call of ``tool`` with ``scripted`` as its input, or, when
     ``scripted`` is a list, exactly those content blocks."""
     content = scripted if isinstance(scripted, list) else [
-        {"type": "tool_use", "id": "toolu_local", "name": "record_grade", "input": scripted}]
+        {"type": "tool_use", "id": "toolu_local", "name": tool, "input": scripted}]
     return {"id": "msg_local", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
             "content": content, "stop_reason": "tool_use", "stop_sequence": None, "usage": usage}
 
@@ -50,6 +58,7 @@ class LocalAnthropic:
     def __init__(self) -> None:
         self.requests: list[tuple[str, str, Any]] = []     # (method, path, body)
         self.script: Callable[[dict[str, Any]], Any] = grade_by_rule
+        self.guard: Callable[[dict[str, Any]], Any] = screen_by_rule
         self.failures: list[tuple[int, str]] = []
         self.delay_s = 0.0
         self.batch_ready = True
@@ -83,7 +92,7 @@ class LocalAnthropic:
                 if outer.delay_s:
                     time.sleep(outer.delay_s)
                 if self.path == "/v1/messages":
-                    return self._send(200, message(outer.script(body)))
+                    return self._send(200, outer.reply(body))
                 if self.path == "/v1/messages/batches":
                     batch_id = f"msgbatch_{len(outer.batches) + 1}"
                     outer.batches[batch_id] = body["requests"]
@@ -100,13 +109,18 @@ class LocalAnthropic:
                 if not found.group(2):
                     return self._send(200, outer.batch(batch_id))
                 lines = [json.dumps({"custom_id": r["custom_id"],
-                                     "result": {"type": "succeeded", "message": message(outer.script(r["params"]))}})
+                                     "result": {"type": "succeeded", "message": outer.reply(r["params"])}})
                          for r in outer.batches[batch_id]]
                 self._send(200, ("\n".join(lines) + "\n").encode(), "application/binary")
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def reply(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The message answering ``request``: a guard request's screening, else a grade."""
+        tool = request["tool_choice"]["name"]
+        return message((self.guard if tool == "record_screening" else self.script)(request), tool=tool)
 
     def batch(self, batch_id: str) -> dict[str, Any]:
         count = len(self.batches[batch_id])

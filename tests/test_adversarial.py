@@ -32,7 +32,8 @@ import adversarial as adv
 from adversarial import ATTACKS
 from conftest import ROOT, gradescope_valid, items_by_id
 from grader.assignment import Assignment
-from grader.batch import BatchOutcome, discover, grade_batch
+from grader.batch import BatchOutcome, grade_batch
+from grader.intake import discover
 from grader.cli import make_sandbox
 from grader.pipeline import EXECUTED_NOTEBOOK, GRADER_ERRORS, SCAFFOLD_SOURCE
 from grader.report.results import RESULTS_FILE
@@ -46,7 +47,8 @@ SNAPSHOT_SKIP = {".venv", "out", "__pycache__", ".git", ".pytest_cache"}
 HONEST = "honest"
 CONTROL = "control_no_step"          # step unwritten: what the cheats must not beat
 CHEATS = ("forge_probe_outputs", "patch_harness_toplevel", "patch_harness_in_forward", "patch_harness_at_import",
-          "patch_libraries", "step_history_on_state", "step_history_in_files", "scaffold_duplicated")
+          "patch_libraries", "step_history_on_state", "step_history_in_files", "scaffold_duplicated",
+          "forge_hybrid_report")
 STEP_ITEMS = ("equivalence", "alignment", "decay_recurrent", "decay_per_head", "state_fixed_size",
               "state_resume")
 FORWARD_ITEMS = ("scaffold_present", "normalization", "causality", "decay_parallel", "hybrid_lm")
@@ -429,6 +431,18 @@ def test_hidden_material_cannot_be_read(world: World) -> None:
 def test_monkeypatching_gains_nothing(world: World, attack: str) -> None:
     for name in STEP_ITEMS:
         assert _item(world, attack, name)["status"] != "passed", name
+
+
+def test_a_forged_hybrid_report_does_not_pass_a_detached_decay(world: World) -> None:
+    """The worker reports every gradient present and finite (which once passed hybrid_lm); the
+    gradient arrays it exported show that none reached gamma_logit. Its forward's numbers are
+    right, so the forward items pass, as the control's do."""
+    hybrid = _item(world, "forge_hybrid_report", "hybrid_lm")
+    assert hybrid["status"] == "failed", hybrid
+    assert "no gradient reached blocks.0.attn.gamma_logit" in hybrid["output"], hybrid
+    assert _item(world, CONTROL, "hybrid_lm")["status"] == "passed"
+    for name in (n for n in FORWARD_ITEMS if n != "hybrid_lm"):
+        assert _item(world, "forge_hybrid_report", name)["status"] == "passed", name
 
 
 def test_step_that_keeps_history_outside_its_state_is_caught_where_it_resumes(world: World) -> None:

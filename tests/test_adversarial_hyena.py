@@ -20,7 +20,8 @@ import pytest
 import adversarial_hyena as adv
 from conftest import ROOT, gradescope_valid, items_by_id
 from grader.assignment import Assignment
-from grader.batch import BatchOutcome, discover, grade_batch
+from grader.batch import BatchOutcome, grade_batch
+from grader.intake import discover
 from grader.cli import make_sandbox
 from test_adversarial import LIMITS, OWN_FILES, SHARED, Listener, Snapshot, _sandbox_writes, snapshot
 

@@ -25,7 +25,7 @@ from types import ModuleType
 import nbformat
 import pytest
 
-from grader import cells, cli
+from grader import cells, cli, sandbox
 from grader.execute import prepare_notebook
 from grader.load import load_submission
 from grader.score import score_items
@@ -281,6 +281,31 @@ AUDIT_SITE = textwrap.dedent('''
 ''')
 
 
+# Appended to the scaffold cell, so the public tests' conftest runs it as it loads the notebook:
+# it writes a file into $HOME and wherever else the TA's files live and prints the environment
+# (pytest captures that), then replaces feature_map with one that fails with what it found, in
+# the one line of the failure that check.py shows.
+HOSTILE = textwrap.dedent('''
+    import json as _json, os as _os
+
+    _written = []
+    for _folder in [_os.environ.get("HOME", ""), *{targets!r}]:
+        try:
+            with open(_os.path.join(_folder, {marker!r}), "w") as _f:
+                _f.write("written by the notebook")
+            _written.append(_folder)
+        except OSError:
+            pass
+    print(dict(_os.environ))
+    _found = {{"key": "ANTHROPIC_API_KEY" in _os.environ, "home": _os.environ.get("HOME"), "wrote": _written}}
+
+    def feature_map(x):
+        raise AssertionError("G2C-ENV " + _json.dumps(_found))
+''')
+MARKER = "g2c-hostile.txt"
+SENTINEL = "sk-ant-g2c-sentinel-do-not-leak"
+
+
 class Run:
     """One finished subprocess."""
 
@@ -292,7 +317,17 @@ class Run:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Run]:
+def ta(tmp_path_factory) -> dict[str, Path]:
+    """A TA's fresh HOME, TMPDIR and working directory, and the folder of the notebook they check."""
+    work = tmp_path_factory.mktemp("ta")
+    folders = {folder: work / folder for folder in ("home", "tmp", "cwd", "submitted")}
+    for folder in folders.values():
+        folder.mkdir()
+    return folders
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, ta) -> dict[str, Run]:
     work = tmp_path_factory.mktemp("check")
     site = work / "site"
     site.mkdir()
@@ -309,23 +344,31 @@ def runs(tmp_path_factory) -> dict[str, Run]:
     shutil.copytree(ASSIGNMENT, shipped / "linear_attention",
                     ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
     shutil.copy(REFERENCE, shipped / "submission.ipynb")
+    # A TA running `grader check` on a hostile notebook, an API key in their environment.
+    hostile = ta["submitted"] / "hostile.ipynb"
+    code = HOSTILE.format(targets=[*map(str, ta.values()), str(ASSIGNMENT), str(ROOT)], marker=MARKER)
+    hostile.write_text(json.dumps(edit_cell(reference_json(), "linear-attention", lambda s: s + code)),
+                       encoding="utf-8")
+    ta_env = {"HOME": str(ta["home"]), "TMPDIR": str(ta["tmp"]), "ANTHROPIC_API_KEY": SENTINEL}
 
     python = [sys.executable]
-    plans = {  # name -> (command, cwd, blocked modules or None for no audit)
-        "reference": (python + [str(CHECK), str(REFERENCE)], ROOT, ""),
-        "untouched": (python + [str(CHECK), str(UNTOUCHED)], ROOT, ""),
-        "broken": (python + [str(CHECK), str(broken)], ROOT, ""),
-        "edited": (python + [str(CHECK), str(edited)], ROOT, ""),
-        "no_scaffold": (python + [str(CHECK), str(no_scaffold)], ROOT, ""),
+    plans = {  # name -> (command, cwd, blocked modules or None for no audit, environment set)
+        "reference": (python + [str(CHECK), str(REFERENCE)], ROOT, "", {}),
+        "untouched": (python + [str(CHECK), str(UNTOUCHED)], ROOT, "", {}),
+        "broken": (python + [str(CHECK), str(broken)], ROOT, "", {}),
+        "edited": (python + [str(CHECK), str(edited)], ROOT, "", {}),
+        "no_scaffold": (python + [str(CHECK), str(no_scaffold)], ROOT, "", {}),
         "standalone": (python + [str(shipped / "linear_attention" / "check.py"), "../submission.ipynb"],
-                       shipped / "linear_attention", "grader,nbformat"),
-        "standalone_import": (python + ["-c", "import grader"], shipped, "grader,nbformat"),
-        "grader_check": (python + ["-m", "grader.cli", "check", str(REFERENCE)], ROOT, None),
+                       shipped / "linear_attention", "grader,nbformat", {}),
+        "standalone_import": (python + ["-c", "import grader"], shipped, "grader,nbformat", {}),
+        "grader_check": (python + ["-m", "grader.cli", "check", str(REFERENCE)], ROOT, None, {}),
+        "grader_check_hostile": (python + ["-m", "grader.cli", "check", str(hostile)], ta["cwd"], None, ta_env),
     }
     started = {}
-    for name, (command, cwd, blocked) in plans.items():
+    for name, (command, cwd, blocked, extra_env) in plans.items():
         env = {k: v for k, v in os.environ.items() if k not in ("LA_NOTEBOOK", "PYTHONPATH", "PYTEST_ADDOPTS")}
         env["PYTHONDONTWRITEBYTECODE"] = "1"  # leave no __pycache__ in the shipped folder
+        env.update(extra_env)
         log = work / f"{name}.audit"
         log.write_text("")
         if blocked is not None:
@@ -385,9 +428,47 @@ def test_missing_scaffold_gives_the_reason(runs):
 
 
 def test_grader_check_prints_what_check_py_prints(runs):
+    """The same output, but for the notebook's path: `grader check` checks a copy in its scratch."""
     run = runs["grader_check"]
     assert run.returncode == runs["reference"].returncode == 0, run.context()
-    assert run.output == runs["reference"].output
+    checked = re.match(r"Checking (\S+)\n", run.output)
+    assert checked and checked.group(1) != str(REFERENCE), run.context()
+    assert Path(checked.group(1)).name == REFERENCE.name and not Path(checked.group(1)).exists()
+    assert run.output.replace(checked.group(1), str(REFERENCE)) == runs["reference"].output
+
+
+def test_grader_check_runs_the_notebook_in_the_sandbox(runs, ta):
+    """The hostile cell ran with the sandbox's environment, HOME in scratch, and wrote nothing
+    outside scratch: not in the TA's HOME, TMPDIR or working directory, not next to the notebook,
+    not in the repository. Only the grader's own process may leave files in HOME (its libraries'
+    caches), none of them the cell's."""
+    run = runs["grader_check_hostile"]
+    assert run.returncode == 1 and "NOT READY" in run.output, run.context()
+    assert SENTINEL not in run.output, run.context()
+    at = run.output.index("G2C-ENV ") + len("G2C-ENV ")
+    found, _ = json.JSONDecoder().raw_decode(run.output, at)
+    assert not found["key"] and found["home"].startswith(f"{ta['tmp']}/g2c-check-"), found
+    assert found["wrote"] == [found["home"]], found
+    for folder in ta.values():
+        assert not list(folder.rglob(MARKER)), f"the notebook wrote into {folder}"
+    assert list(ta["cwd"].iterdir()) == [] and [p.name for p in ta["submitted"].iterdir()] == ["hostile.ipynb"]
+    assert list(ta["tmp"].iterdir()) == [], "scratch (or something else) was left in TMPDIR"
+    assert not (ASSIGNMENT / MARKER).exists() and not (ROOT / MARKER).exists()
+
+
+def test_grader_check_refuses_without_a_sandbox(tmp_path, monkeypatch, capsys):
+    """As grade does: exit status 2 and the same message, unless --allow-unsandboxed."""
+    monkeypatch.setattr(sandbox, "check_bubblewrap", lambda: "no namespaces here")
+    monkeypatch.setattr(sandbox, "check_unprivileged_user", lambda paths: "not root here")
+    broken = tmp_path / "broken.ipynb"
+    broken.write_bytes(CASES["broken_json"]())
+    assert cli.main(["check", str(broken)]) == 2
+    err = capsys.readouterr().err
+    assert "grader: the sandbox cannot run here: no namespaces here" in err and "--allow-unsandboxed" in err
+    assert cli.main(["check", str(broken), "--allow-unsandboxed"]) == 1
+    out, err = capsys.readouterr()
+    assert "WARNING: graded WITHOUT isolation" in err
+    assert "the grader cannot grade this notebook: the file is not valid JSON" in out
 
 
 def test_check_ships_standalone(runs):

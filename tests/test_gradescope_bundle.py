@@ -36,7 +36,8 @@ import pytest
 
 from grader.assignment import Assignment
 from grader.cli import main as grader_main
-from grader.gradescope import OUT_FOLDER, find_submission
+from grader.gradescope import OUT_FOLDER
+from grader.intake import find_submission
 from grader.sandbox import SANDBOX_UID_BASE, SANDBOX_UID_SLOTS
 
 from conftest import ROOT as REPO, gradescope_valid
@@ -296,7 +297,7 @@ def test_an_upload_is_found_as_one_notebook_and_or_the_package_files(tmp_path: P
     assert found("zip/hw.ipynb", f"zip/{PACKAGE}", "__MACOSX/zip/x.ipynb") == ("zip/hw.ipynb", "zip", None)
     assert found(f"zip/{PACKAGE}") == (None, "zip", None)
     assert found(PACKAGE) == (None, ".", None)
-    assert "exactly one .ipynb notebook and/or g2c/" in found("a.ipynb", "b.ipynb")[2]
-    assert found("notes.txt")[2].endswith(f"and/or {PACKAGE} (found: none)")
+    assert found("a.ipynb", "b.ipynb")[2] == "the folder holds 2 notebooks (a.ipynb, b.ipynb); submit exactly one"
+    assert found("notes.txt")[2] == f"the folder holds no .ipynb notebook and no {PACKAGE}"
     assert "one copy of the package files" in found(f"a/{PACKAGE}", f"b/{PACKAGE}")[2]
     assert "side by side" in found("other/hw.ipynb", f"zip/{PACKAGE}")[2]

@@ -12,7 +12,8 @@ import nbformat
 import pytest
 import yaml
 
-from grader.batch import discover, grade_batch
+from grader.batch import grade_batch
+from grader.intake import discover
 from grader.cli import main
 from grader.report.overrides import APPLIED_FILE
 from grader.rubric import RubricError, load_rubric

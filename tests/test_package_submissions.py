@@ -13,9 +13,9 @@ import nbformat
 import pytest
 
 from grader import cells
-from grader.batch import discover
+from grader.intake import discover
 from grader.graft import submission_module_source
-from grader.load import load_submission, package_files, sha256_file
+from grader.load import load_submission, package_files
 from grader.pipeline import _with_package_scaffolds
 from grader.rubric import WRITTEN_TAG
 from grader.score import result_from_json, score_items
@@ -82,7 +82,7 @@ def test_notebook_only_folder_is_graded_as_a_lone_notebook(tmp_path, assignment)
     folder = submission_folder(tmp_path / "bob", assignment.master, None)
     sub = load(folder, assignment)
     alone = load_submission(folder / "linear_attention.ipynb", "bob", assignment.template, LIMIT)
-    assert sub.sha256 == alone.sha256 == sha256_file(folder / "linear_attention.ipynb")
+    assert sub.sha256 == alone.sha256 == _sha256(folder / "linear_attention.ipynb")
     assert (sub.notes, sub.scaffold_sources, sub.sources) == (alone.notes, alone.scaffold_sources, {})
 
 
@@ -98,7 +98,7 @@ def test_the_package_file_wins_over_the_notebook_cell(tmp_path, assignment):
     assert sub.sources == {"scaffolds": {"linear-attention": PACKAGE_FILE}, "notebook": "linear_attention.ipynb"}
     assert set(sub.answers) == {q.id for q in assignment.rubric.questions}
     graded = sorted(["linear_attention.ipynb", PACKAGE_FILE])
-    lines = "".join(f"{name}\0{sha256_file(folder / name)}\n" for name in graded)
+    lines = "".join(f"{name}\0{_sha256(folder / name)}\n" for name in graded)
     assert sub.sha256 == hashlib.sha256(lines.encode()).hexdigest()
     (folder / PACKAGE_FILE).write_text(PACKAGE_CODE + "\n# edited\n")
     assert load(folder, assignment).sha256 != sub.sha256
@@ -149,10 +149,15 @@ def test_discovery_accepts_a_notebook_and_or_the_package_file(tmp_path, assignme
     assert (found["file_only"].path, found["file_only"].folder, found["file_only"].problem) == (
         None, tmp_path / "file_only", None)
     assert found["notebook_only"].problem is None
-    assert found["empty"].problem == "the folder holds no .ipynb notebook"
-    assert found["two"].problem == "the folder holds 2 notebooks; submit exactly one"
+    assert found["empty"].problem == f"the folder holds no .ipynb notebook and no {PACKAGE_FILE}"
+    assert found["two"].problem == ("the folder holds 2 notebooks (copy.ipynb, linear_attention.ipynb); "
+                                    "submit exactly one")
     undeclared = {s.submission_id: s for s in discover([tmp_path])}
     assert undeclared["file_only"].problem == "the folder holds no .ipynb notebook"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def test_the_notebook_run_uses_the_package_code(tmp_path, assignment):

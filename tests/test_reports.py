@@ -79,6 +79,7 @@ def folder(tmp_path, assignment) -> Path:
                                            "decay_recurrent": "step decays S but not z"}, flagged)
     carol.items = [replace(i, score=0.0, status="error", output="grader error in check state_resume, please report it")
                    if i.name == "state_resume" else i for i in carol.items]
+    carol.grader_errors = ["state_resume"]
     carol.artifacts = {EXECUTED_NOTEBOOK: executed_with_error("Cell In[2], line 1"),
                        GRADER_ERRORS: b"Traceback: grader/checks/linear_attention/items.py SECRET_CHECK_LINE",
                        WRITTEN_INPUTS: json.dumps({"answers": {first_question.id: f"My answer {HOSTILE}"}}).encode(),
@@ -127,7 +128,7 @@ def test_review_page_and_queue_carry_the_override_lines_that_settle_them(folder,
     assert "Written: " in review and "overrides.yaml lines" in review   # TAs see every item
     queue = review_queue(folder, results)
     flagged = next(e for e in queue if e.submission_id == "carol" and "flagged" in e.reason)
-    assert flagged.link == f"carol/{REVIEW_PAGE}#item-{flagged.item}"
+    assert f'<a href="carol/{REVIEW_PAGE}#item-{flagged.item}">carol</a>' in page(folder / SUMMARY_PAGE)
     assert yaml.safe_load(flagged.yaml) == {"carol": {flagged.item: {"score": 2.0, "comment": "", "reviewer": ""}}}
     pending = {(e.submission_id, e.item) for e in queue if e.reason.startswith("written answer awaiting")}
     assert ("bob", flagged.item) in pending and ("alice", flagged.item) not in pending

@@ -96,6 +96,15 @@ class Findings:
     missing_answers: list[str] = field(default_factory=list)
 
 
+def parse_python(code: str) -> ast.Module:
+    """ast.parse whose every failure is a SyntaxError: a deeply nested expression makes the
+    parser raise RecursionError or MemoryError, and the check must still give its reason."""
+    try:
+        return ast.parse(code)
+    except (RecursionError, MemoryError, ValueError) as exc:
+        raise SyntaxError(f"the code cannot be parsed ({type(exc).__name__})") from None
+
+
 def _source(cell: dict[str, Any]) -> str:
     text = cell.get("source", "")
     return "".join(text) if isinstance(text, list) else str(text)
@@ -132,6 +141,9 @@ def read_cells(path: Path, findings: Findings, max_bytes: int = NOTEBOOK_MAX_BYT
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
         findings.fatal = f"the file is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+        return
+    except (RecursionError, MemoryError, ValueError):
+        findings.fatal = "the file's JSON is nested too deeply to read"
         return
     if not isinstance(raw, dict) or not isinstance(raw.get("cells"), list):
         findings.fatal = "the JSON is not a Jupyter notebook (no list of cells)"
@@ -172,7 +184,7 @@ def find_scaffold(findings: Findings) -> None:
             continue
         code = _source(cell)
         try:
-            module = ast.parse(code)
+            module = parse_python(code)
         except SyntaxError:
             if f"class {SCAFFOLD_CLASS}" in code:
                 broken.append(index)
@@ -215,7 +227,7 @@ def parse_written_answer(cell: dict[str, Any]) -> tuple[str, str] | None:
             return None
         return head.strip()[len("Question:"):].strip(), tail.strip()
     try:
-        module = ast.parse(text)
+        module = parse_python(text)
     except SyntaxError:
         return None
     literals = [node.value.value for node in module.body
@@ -232,7 +244,7 @@ def find_answers(findings: Findings) -> None:
     """Sort the questions into answered, blank and missing.
 
     A cell counts for a question by its ``g2c.question`` metadata, else by its question text;
-    a later copy of the same question wins. The shipped answers are all blank, so an answer
+    the first cell for a question is its answer, as the grader decides. The shipped answers are all blank, so an answer
     "unchanged from the template" is a blank one.
     """
     by_text = {digest: qid for qid, digest in QUESTIONS.items()}
@@ -242,7 +254,7 @@ def find_answers(findings: Findings) -> None:
         if parsed is None:
             continue
         qid = _question_id(cell) or by_text.get(fingerprint(parsed[0]))
-        if qid is not None:
+        if qid is not None and qid not in answers:
             answers[qid] = parsed[1]
     for qid in QUESTIONS:
         if qid not in answers:
@@ -276,7 +288,7 @@ def _raises_todo(node: ast.AST) -> bool:
 
 def scaffold_todos(code: str) -> tuple[list[str], list[str]]:
     """(methods not defined, methods still raising NotImplementedError) of the graded class."""
-    classes = [node for node in ast.parse(code).body
+    classes = [node for node in parse_python(code).body
                if isinstance(node, ast.ClassDef) and node.name == SCAFFOLD_CLASS]
     methods = {node.name: node for node in classes[-1].body
                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
@@ -292,7 +304,7 @@ def exercise_todos(findings: Findings) -> list[str]:
         if cell.get("cell_type") != "code" or index == findings.scaffold_cell or cell.get("id") in PROVIDED:
             continue
         try:
-            module = ast.parse(_source(cell))
+            module = parse_python(_source(cell))
         except SyntaxError:
             continue
         if _raises_todo(module):

@@ -8,6 +8,13 @@ visible inside the sandbox except the driver file, which holds no expected value
 
 Each item is decided on its own (``decide``): an exception in one check makes that item an
 ``error`` for the grader's maintainers to fix, and every other item is still decided.
+
+Verdicts rest on raw outputs. A fact a worker reports about itself (a flag, a count, a type,
+dtype or shape in a case's ``info``) is computed in the process where student code runs, which
+can rewrite it: it may make an item fail, never pass. An item passes only on values the probe
+relayed as arrays (``CaseOutput.arrays`` and ``states``, parsed here by ``grader.untrusted``'s
+readers), whose shapes and dtypes are measured here and whose values are compared with the
+checks' own computation.
 """
 from __future__ import annotations
 

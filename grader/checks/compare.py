@@ -75,8 +75,8 @@ def position(where: tuple[int, ...], names: Sequence[str] | None = None) -> str:
 def describe(result: Mismatch | str, names: Sequence[str] | None = None) -> str:
     if isinstance(result, str):
         return result
-    return (f"max-abs error {result.max_abs:.3g} at ({position(result.where, names)}): "
-            f"expected {result.expected:.6g}, got {result.got:.6g}")
+    where = f" at ({position(result.where, names)})" if result.where else ""   # a 0-d value has no position
+    return f"max-abs error {result.max_abs:.3g}{where}: expected {result.expected:.6g}, got {result.got:.6g}"
 
 
 def compare_nonfinite_as_expected(got: np.ndarray | None, expected: np.ndarray) -> Mismatch | str:

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.report.results import csv_row
 from grader.score import GradeResult
 
 CANVAS_FIELDS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
@@ -76,11 +77,11 @@ def export_canvas(results: list[GradeResult], roster_path: Path, column: str, ta
     target.parent.mkdir(parents=True, exist_ok=True)
     with target.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow([*CANVAS_FIELDS, column])
+        writer.writerow(csv_row([*CANVAS_FIELDS, column]))
         writer.writerow(["    Points Possible", "", "", "", "", f"{points_possible:g}"])
         for submission_id, student in sorted(roster.items(), key=lambda kv: kv[1]["Student"]):
             result = by_id.get(submission_id)
-            writer.writerow([*(student[c] for c in CANVAS_FIELDS), f"{result.score:g}" if result else ""])
+            writer.writerow(csv_row([*(student[c] for c in CANVAS_FIELDS), f"{result.score:g}" if result else ""]))
             if result:
                 outcome.exported += 1
                 if any(i.status == "pending_review" for i in result.items):

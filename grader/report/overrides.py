@@ -19,16 +19,21 @@ the TA's file is never edited.
 from __future__ import annotations
 
 import json
+import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from grader import cells
+from grader.intake import Refused, read_file
 from grader.report.results import write_result
 from grader.score import GradeResult
 
 OVERRIDES_FILE = "overrides.yaml"
 APPLIED_FILE = "overrides_applied.json"   # what was applied, to which notebook (sha256)
+MAX_OVERRIDES_BYTES = 4 * 2**20
 
 
 class OverrideError(ValueError):
@@ -45,38 +50,107 @@ class Override:
 
 
 def read_overrides(out_dir: Path, results: list[GradeResult]) -> list[Override]:
-    """DIR/overrides.yaml checked against ``results``; raises OverrideError with every problem."""
+    """DIR/overrides.yaml checked against ``results``; raises OverrideError with every problem.
+
+    The file is read as a small YAML subset with the safe loader: submission ids, each a
+    mapping of item ids to a score or to ``score``/``comment``/``reviewer``. A submission that
+    appears twice (two pasted review snippets) is merged; the same submission and item twice
+    is refused, naming both lines. Scores are finite numbers within the item's range."""
     path = out_dir / OVERRIDES_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         return []
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise OverrideError(f"{path}: not valid YAML: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise OverrideError(f"{path}: expected submission ids at the top level")
+        text = read_file(path, out_dir, MAX_OVERRIDES_BYTES, OVERRIDES_FILE).decode("utf-8")
+        entries, problems = _entries(text)
+    except (Refused, UnicodeDecodeError) as exc:
+        raise OverrideError(f"{path}: {exc}") from exc
+    except (yaml.YAMLError, RecursionError, MemoryError, ValueError) as exc:   # nesting past the parser's limits
+        raise OverrideError(f"{path}: not valid YAML for overrides: {cells.parse_failure(exc)}") from exc
     by_id = {r.submission_id: r for r in results}
-    found, problems = [], []
-    for submission_id, entries in raw.items():
-        result = by_id.get(str(submission_id))
-        if result is None or not isinstance(entries, dict):
-            problems.append(f"{submission_id}: no such submission in {out_dir}" if result is None
-                            else f"{submission_id}: expected item ids under it")
-            continue
-        for name, entry in entries.items():
-            item = next((i for i in result.items if i.name == name), None)
-            entry = entry if isinstance(entry, dict) else {"score": entry}
-            score = entry.get("score")
-            if item is None:
-                problems.append(f"{submission_id}/{name}: no such item")
-            elif not isinstance(score, (int, float)) or isinstance(score, bool) or not 0 <= score <= item.max_score:
-                problems.append(f"{submission_id}/{name}: score {score!r} is not a number in [0, {item.max_score:g}]")
-            else:
-                found.append(Override(str(submission_id), str(name), float(score), str(entry.get("comment", "")),
-                                      str(entry.get("reviewer", ""))))
+    found = []
+    for line, submission_id, name, score, comment, reviewer in entries:
+        result = by_id.get(submission_id)
+        item = next((i for i in result.items if i.name == name), None) if result else None
+        if result is None:
+            problems.append(f"line {line}: {submission_id!r}: no such submission in {out_dir}")
+        elif item is None:
+            problems.append(f"line {line}: {submission_id}/{name}: no such item")
+        elif score is None or not 0 <= score <= item.max_score:
+            problems.append(f"line {line}: {submission_id}/{name}: the score is not a number in [0, {item.max_score:g}]")
+        else:
+            found.append(Override(submission_id, name, score, comment, reviewer))
     if problems:
         raise OverrideError(f"{path}: nothing applied, fix these first:\n  " + "\n  ".join(problems))
     return found
+
+
+_Entry = tuple[int, str, str, "float | None", str, str]   # line, submission, item, score, comment, reviewer
+
+
+def _entries(text: str) -> tuple[list[_Entry], list[str]]:
+    """Every (submission, item) override of the file's text with its line, and the problems of
+    its shape. Only the three levels the format has are read; nothing is constructed but
+    scalars, so anchors, tags and deep nesting cost nothing."""
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return [], []
+        if not isinstance(root, yaml.MappingNode):
+            return [], ["expected submission ids at the top level"]
+        entries: list[_Entry] = []
+        problems: list[str] = []
+        first_line: dict[tuple[str, str], int] = {}
+        for key, value in root.value:
+            submission_id = _text(loader, key)
+            line = key.start_mark.line + 1
+            if submission_id is None or not isinstance(value, yaml.MappingNode):
+                problems.append(f"line {line}: expected a submission id with item ids under it")
+                continue
+            for item_key, entry in value.value:
+                name, item_line = _text(loader, item_key), item_key.start_mark.line + 1
+                if name is None:
+                    problems.append(f"line {item_line}: expected an item id")
+                    continue
+                if (submission_id, name) in first_line:
+                    problems.append(f"lines {first_line[submission_id, name]} and {item_line}: "
+                                    f"{submission_id}/{name} is overridden twice; keep one")
+                    continue
+                first_line[submission_id, name] = item_line
+                fields = dict(entry.value) if isinstance(entry, yaml.MappingNode) else None
+                by_name = {_text(loader, k): v for k, v in fields.items()} if fields else {}
+                score_node = by_name.get("score") if fields is not None else entry
+                entries.append((item_line, submission_id, name, _score(loader, score_node),
+                                _text(loader, by_name.get("comment")) or "", _text(loader, by_name.get("reviewer")) or ""))
+        return entries, problems
+    finally:
+        loader.dispose()
+
+
+def _scalar(loader: yaml.SafeLoader, node: yaml.Node | None) -> object:
+    if not isinstance(node, yaml.ScalarNode):
+        return None
+    try:
+        return loader.construct_object(node)
+    except (yaml.YAMLError, ValueError, OverflowError):   # e.g. an integer past int's digit limit
+        return None
+
+
+def _text(loader: yaml.SafeLoader, node: yaml.Node | None) -> str | None:
+    value = _scalar(loader, node)
+    return None if value is None or isinstance(value, (dict, list)) else str(value)
+
+
+def _score(loader: yaml.SafeLoader, node: yaml.Node | None) -> float | None:
+    """A finite number, or None (a bool, a string, a huge integer, inf and nan are not scores)."""
+    value = _scalar(loader, node)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        score = float(value)
+    except OverflowError:
+        return None
+    return score if math.isfinite(score) else None
 
 
 def apply_overrides(results: list[GradeResult], out_dir: Path) -> list[str]:

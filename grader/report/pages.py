@@ -13,10 +13,14 @@ confirm or change each one.
 """
 from __future__ import annotations
 
+import atexit
 import io
 import json
+import os
 import re
+import shutil
 import statistics
+import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -24,11 +28,26 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+import markupsafe
+
+
+def _private_matplotlib_config() -> None:
+    """matplotlib caches its font list in ~/.cache and ~/.config when it is imported: a grader
+    run leaves nothing outside its output folder, so the cache lives in a temporary folder
+    removed at exit (unless MPLCONFIGDIR says otherwise)."""
+    if "MPLCONFIGDIR" not in os.environ:
+        folder = tempfile.mkdtemp(prefix="g2c-matplotlib-")
+        atexit.register(shutil.rmtree, folder, True)
+        os.environ["MPLCONFIGDIR"] = folder
+
+
+_private_matplotlib_config()
+from matplotlib.figure import Figure  # noqa: E402  (after the config folder is chosen)
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from grader import cells
 from grader.assignment import Assignment
+from grader.intake import SAFE_ID
 from grader.pipeline import EXECUTED_NOTEBOOK, GRADER_ERRORS
 from grader.report.changes import read_changes
 from grader.report.integrity import similar_pairs
@@ -56,6 +75,17 @@ _templates = jinja2.Environment(loader=jinja2.PackageLoader("grader.report", "te
                                 trim_blocks=True, lstrip_blocks=True)
 
 
+def _review_anchor(submission_id: str, anchor: str = "") -> markupsafe.Markup:
+    """The id linking to its review page (escaped; plain text when it cannot be a safe link)."""
+    link = page_link(submission_id, REVIEW_PAGE, anchor)
+    if not link:
+        return markupsafe.escape(submission_id)
+    return markupsafe.Markup('<a href="{}">{}</a>').format(link, submission_id)
+
+
+_templates.globals["review_anchor"] = _review_anchor
+
+
 @dataclass
 class CellProblem:
     """One executed cell that raised: where, what, and what it printed (truncated)."""
@@ -77,7 +107,6 @@ class QueueEntry:
     score: float
     max_score: float
     yaml: str
-    link: str = ""
 
 
 def write_pages(out_dir: Path, results: list[GradeResult], release: str = "none") -> list[Path]:
@@ -155,13 +184,12 @@ def review_queue(out_dir: Path, results: list[GradeResult]) -> list[QueueEntry]:
     """Pending or flagged written answers, errored items (execution, internal grader errors)."""
     queue = []
     for result in sorted(results, key=lambda r: r.submission_id):
-        internal = (out_dir / result.submission_id / GRADER_ERRORS).is_file()
         for item in result.items:
+            internal = item.name in result.grader_errors or "*" in result.grader_errors
             reason = _needs_review(item, internal)
             if reason:
                 queue.append(QueueEntry(result.submission_id, item.name, item.title, reason, item.score,
-                                        item.max_score, override_lines(result.submission_id, item),
-                                        f"{result.submission_id}/{REVIEW_PAGE}#item-{item.name}"))
+                                        item.max_score, override_lines(result.submission_id, item)))
     return queue
 
 
@@ -178,8 +206,16 @@ def _needs_review(item: ItemResult, internal_error: bool) -> str:
         return "the model asked for a person to review this grade"
     if item.status == "error":
         return (f"internal grader error (traceback in {GRADER_ERRORS})" if internal_error
-                and "grader error" in item.output else "could not be graded: " + _last_line(item.output))
+                else "could not be graded: " + _last_line(item.output))
     return ""
+
+
+def page_link(submission_id: str, page: str, anchor: str = "") -> str:
+    """A relative link to a submission's page, built only from a safe id (see ``intake``): an id
+    read back from an edited results.json that is not one gets no link at all."""
+    if not SAFE_ID.fullmatch(submission_id):
+        return ""
+    return f"{submission_id}/{page}" + (f"#{anchor}" if anchor else "")
 
 
 def common_failures(results: list[GradeResult], limit: int = 12) -> list[tuple[str, str, int]]:

@@ -6,10 +6,25 @@ import json
 import os
 from pathlib import Path
 
+from grader.intake import SAFE_ID
 from grader.score import GradeResult, result_from_json
+from grader.untrusted import read_bytes
 
 RESULTS_FILE = "results.json"
 GRADEBOOK_FILE = "gradebook.csv"
+MAX_RESULTS_BYTES = 64 * 2**20
+# A spreadsheet evaluates a cell that starts with one of these (OWASP's CSV injection rule).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: str) -> str:
+    """``value`` as a CSV cell that no spreadsheet runs: a leading formula character is
+    escaped with a quote, as OWASP recommends."""
+    return "'" + value if value.startswith(_FORMULA_START) else value
+
+
+def csv_row(values: list[str]) -> list[str]:
+    return [csv_cell(str(v)) for v in values]
 
 
 def write_result(out_dir: Path, result: GradeResult) -> Path:
@@ -28,10 +43,15 @@ def read_results(out_dir: Path) -> list[GradeResult]:
     """Every readable DIR/<id>/results.json, sorted by submission id."""
     results = []
     for path in sorted(out_dir.glob(f"*/{RESULTS_FILE}")):
+        if not SAFE_ID.fullmatch(path.parent.name):
+            continue   # no submission folder of the grader's
+        data = read_bytes(path, out_dir, MAX_RESULTS_BYTES)
         try:
-            results.append(result_from_json(json.loads(path.read_text())))
-        except (ValueError, KeyError):
+            result = result_from_json(json.loads(data)) if data is not None else None
+        except (ValueError, KeyError, TypeError, RecursionError):
             continue  # not ours, or damaged: skipped here, regraded by the next `grade`
+        if result is not None and result.submission_id == path.parent.name:
+            results.append(result)
     return results
 
 
@@ -45,9 +65,9 @@ def write_gradebook(out_dir: Path, results: list[GradeResult]) -> Path:
     path = out_dir / GRADEBOOK_FILE
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["submission_id", "total", "max"] + columns)
+        writer.writerow(csv_row(["submission_id", "total", "max"] + columns))
         for result in sorted(results, key=lambda r: r.submission_id):
             scores = {i.name: i.score for i in result.items}
-            writer.writerow([result.submission_id, f"{result.score:g}", f"{result.max_score:g}"]
-                            + [f"{scores[c]:g}" if c in scores else "" for c in columns])
+            writer.writerow(csv_row([result.submission_id, f"{result.score:g}", f"{result.max_score:g}"]
+                                    + [f"{scores[c]:g}" if c in scores else "" for c in columns]))
     return path

@@ -6,14 +6,29 @@ long batch is readable either way.
 """
 from __future__ import annotations
 
+import re
 from types import TracebackType
 from typing import TextIO
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from grader.score import GradeResult
+
+
+# What a terminal acts on: escape sequences first (whole), then C0 controls but newline, DEL, C1
+# controls, and the bidirectional controls that reorder what a TA reads.
+_ESCAPES = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|[@-Z\\-_])")
+_CONTROLS = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def plain(text: str) -> str:
+    """``text`` without escape sequences or control characters (newlines stay): for anything a
+    student may have written, before a terminal shows it (``markup(plain(text))`` where rich
+    reads markup)."""
+    return _CONTROLS.sub("", _ESCAPES.sub("", text))
 
 
 class RunProgress:
@@ -41,7 +56,7 @@ class RunProgress:
         else:
             self._progress.update(self._task, completed=to)
         if line:
-            self.console.print(line, markup=False)
+            self.console.print(plain(line), markup=False)
 
 
 def score_table(results: list[GradeResult]) -> Table:
@@ -56,7 +71,8 @@ def score_table(results: list[GradeResult]) -> Table:
         shown = ", ".join(failed[:6]) + (f" (+{len(failed) - 6} more)" if len(failed) > 6 else "")
         if pending:
             shown += f"{'; ' if shown else ''}{pending} written pending review"
-        table.add_row(result.submission_id, f"{result.score:g} / {result.max_score:g}", shown or "-")
+        table.add_row(escape(plain(result.submission_id)), f"{result.score:g} / {result.max_score:g}",
+                      escape(plain(shown)) or "-")
     return table
 
 

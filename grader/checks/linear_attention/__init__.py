@@ -30,12 +30,16 @@ def probe_cases(rubric: Rubric) -> list[ProbeCase]:
 
 
 def check_hybrid(ev: Evidence) -> Verdict:
-    """The model runs forward and backward, and its logits are the trusted model's."""
+    """The model runs forward and backward, and its logits, loss and gradients are the trusted model's."""
+    floor = ev.context.rubric.tolerances["hybrid_gradient_floor"]
+
     def problem(run: str, tolerance: float) -> str | None:
-        return hybrid_problem(ev.output(run), ev.inputs[run], ev.context.master_path, ev.forward_variant, tolerance)
+        return hybrid_problem(ev.output(run), ev.inputs[run], ev.context.master_path, ev.forward_variant,
+                              tolerance, floor)
     verdict = ev.rule.judge(["hybrid_float64"], problem, "HybridTransformerLM with your layer")
     if verdict.status == "passed":
-        return Verdict("passed", f"forward and backward run, and the logits match the trusted model; {verdict.message}")
+        return Verdict("passed", "forward and backward run, and the logits, the loss and every parameter's gradient "
+                                 f"match the trusted model's; {verdict.message}")
     return verdict
 
 

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from grader.probe import ProbeCase, Segments
+from grader.probe import MAX_STATE_ARRAYS, ProbeCase, Segments
 
 # (batch, tokens, embedding_dim, heads): batch 1 and > 1, T from 1 to 256, d_h from 2 to 8.
 SHAPES = ((1, 1, 8, 2), (2, 17, 12, 3), (3, 64, 16, 4), (1, 256, 32, 4))
@@ -34,8 +34,26 @@ def logits(kind: str, heads: int) -> list[float]:
             "per_head": per_head[:heads]}[kind]
 
 
-# What each kind of case runs (a handler of driver.py) and which of its outputs the checks read.
-KEEP = {"forward": ("y", "decay"), "steps": ("y",), "state_growth": (), "hybrid": ("logits",)}
+# The hybrid model's parameters whose gradients the checks can read: at least as many as the
+# model has (a check raises otherwise), within the probe's arrays per message (MAX_ARRAYS).
+HYBRID_MAX_PARAMETERS = 128
+
+
+# Output names that probe_driver.py writes (it cannot import this module: it runs in the sandbox).
+def checkpoint_output(steps: int, part: int) -> str:
+    """The name of part ``part`` of the state after ``steps`` steps of the state_growth case."""
+    return f"checkpoint_{steps}.{part}"
+
+
+def gradient_output(index: int) -> str:
+    """The name of the gradient of the hybrid model's parameter ``index`` (in its own order)."""
+    return f"grad.{index}"
+
+
+# What each kind of case runs (a handler of probe_driver.py) and which of its outputs the checks read.
+KEEP = {"forward": ("y", "decay"), "steps": ("y",),
+        "state_growth": tuple(checkpoint_output(s, i) for s in STATE_CHECKPOINTS for i in range(MAX_STATE_ARRAYS)),
+        "hybrid": ("logits", "loss", *(gradient_output(i) for i in range(HYBRID_MAX_PARAMETERS)))}
 
 
 def token_segments(bounds: list[tuple[int, int]]) -> Segments:

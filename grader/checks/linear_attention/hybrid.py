@@ -1,33 +1,62 @@
 """The hybrid-LM check: the student's layer inside the provided HybridTransformerLM.
 
-The harness builds the model from a seed and exports its logits and gradients. Here the
-trusted model is built from the master notebook with the same seed, so the weights are
-identical and nothing the student's process reports about its parameters is trusted. Its
-linear layers compute what the student's forward was shown to compute on the probe's own
-cases (the reference, or the named mistake it matched): this item charges how the layer is
-wired into the model, not the layer's numbers a second time.
+The probe builds the model from a seed, runs it forward and backward and exports its logits,
+its loss and each parameter's gradient as arrays. Here the trusted model is built from the
+master notebook with the same seed, so the weights are identical, and run forward and backward
+too: the item passes only when all of those arrays match the trusted model's. What the
+student's process reports about itself (how often forward ran) can only fail it. The trusted
+model's linear layers compute what the student's forward was shown to compute on the probe's
+own cases (the reference, or the named mistake it matched): this item charges how the layer is
+wired into the model, not the layer's numbers a second time. So a forward found to ignore gamma
+(which ``decay_parallel`` charges) leaves the trusted ``gamma_logit`` without a gradient as well,
+and the student's is not expected.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from grader.checks.compare import RUN_FAILED, compare, describe, scaled, within
+from grader.checks.linear_attention.cases import HYBRID_MAX_PARAMETERS, gradient_output
 from grader.checks.linear_attention.model import EPS_CONVENTIONS, REFERENCE, Variant, attention
 from grader.probe import CaseOutput, ProbeCase
 from grader.reference import reference_namespace
 
+GRADIENT_AXES = {1: ("entry",), 2: ("row", "column")}
+LISTED = 4   # parameter names quoted in a message
 
-def trusted_logits(master_path: Path, config: dict, tokens: np.ndarray, variant: Variant, eps: str) -> np.ndarray:
-    """Logits of the master's HybridTransformerLM built from ``config['seed']``, in float64,
-    its linear layers computing ``variant``."""
+
+@dataclass(frozen=True)
+class TrustedGradient:
+    name: str
+    value: np.ndarray      # zeros where the loss does not depend on the parameter
+    reached: bool          # whether the backward pass reached the parameter at all
+
+
+@dataclass(frozen=True)
+class TrustedRun:
+    logits: np.ndarray
+    loss: np.ndarray
+    gradients: tuple[TrustedGradient, ...]   # in the order the model lists its parameters
+
+
+def trusted_run(master_path: Path, config: dict, tokens: np.ndarray, variant: Variant, eps: str) -> TrustedRun:
+    """The master's HybridTransformerLM built from ``config['seed']``, in float64, its linear
+    layers computing ``variant``, run forward and backward as the probe driver does."""
     ns = reference_namespace(master_path)
-    torch.manual_seed(config["seed"])
-    model = ns["HybridTransformerLM"](config["vocab_size"], config["embedding_dim"], config["layer_pattern"],
-                                      config["num_heads"], config["max_seq_len"],
-                                      hidden_dim=config["hidden_dim"]).to(dtype=torch.float64)
+    with torch.random.fork_rng(devices=[]):   # the model's seed, without moving the grader's own RNG
+        torch.manual_seed(config["seed"])
+        model = ns["HybridTransformerLM"](config["vocab_size"], config["embedding_dim"], config["layer_pattern"],
+                                          config["num_heads"], config["max_seq_len"],
+                                          hidden_dim=config["hidden_dim"]).to(dtype=torch.float64)
+    parameters = list(model.named_parameters())
+    if len(parameters) > HYBRID_MAX_PARAMETERS:
+        raise ValueError(f"the hybrid model has {len(parameters)} parameters; the probe keeps the gradients of "
+                         f"{HYBRID_MAX_PARAMETERS} (raise cases.HYBRID_MAX_PARAMETERS)")
     for block in model.blocks:
         if isinstance(block.attn, ns["LinearAttention"]):
             layer = block.attn
@@ -36,37 +65,74 @@ def trusted_logits(master_path: Path, config: dict, tokens: np.ndarray, variant:
             params["gamma_logit"] = layer.gamma_logit
             block.attn.forward = (lambda x, params=params, heads=layer.num_heads:
                                   attention(params, x, heads, variant, eps))
-    with torch.no_grad():
-        return model(torch.tensor(tokens, dtype=torch.long)).numpy()
+    ids = torch.tensor(tokens, dtype=torch.long)
+    logits = model(ids)
+    loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+    loss.backward()
+    gradients = tuple(TrustedGradient(name, np.zeros(tuple(p.shape)) if p.grad is None else p.grad.numpy(),
+                                      p.grad is not None) for name, p in parameters)
+    return TrustedRun(logits.detach().numpy(), loss.detach().numpy(), gradients)
+
+
+def _listed(names: list[str]) -> str:
+    more = f" (and {len(names) - LISTED} more)" if len(names) > LISTED else ""
+    return ", ".join(names[:LISTED]) + more
+
+
+def run_problems(out: CaseOutput, trusted: TrustedRun, tolerance: float, floor: float, basis: str) -> list[str]:
+    """Every way the arrays the probe exported differ from ``trusted`` (empty: none), most
+    telling first. A gradient array that is absent means the parameter got no gradient.
+
+    Logits and loss are judged by the scaled rule. Gradients are small (a decay's is ~5e-5, under
+    the float32 tolerance itself), so each is judged relative to its own largest entry, or to
+    ``floor`` times the model's largest gradient when that is larger (a gradient that is zero
+    in exact arithmetic, a key bias under softmax, is rounding noise on both sides)."""
+    problems = []
+    for what, verb, expected in (("logits", "differ", trusted.logits), ("loss", "differs", trusted.loss)):
+        result = compare(out.arrays.get(what), expected)
+        if not within(result, scaled(tolerance, expected)):
+            problems.append(f"the {what} {verb} from the trusted model built from the same seed ({basis}): "
+                            f"{describe(result)}")
+    missing, wrong = [], []
+    largest = max(float(np.abs(g.value).max(initial=0.0)) for g in trusted.gradients)
+    for index, gradient in enumerate(trusted.gradients):
+        got = out.arrays.get(gradient_output(index))
+        if got is None:
+            if gradient.reached:
+                missing.append(gradient.name)
+            continue
+        bound = tolerance * max(float(np.abs(gradient.value).max(initial=0.0)), floor * largest)
+        result = compare(got, gradient.value)
+        if not within(result, bound):
+            wrong.append(f"{gradient.name}: {describe(result, GRADIENT_AXES.get(gradient.value.ndim))}, beyond "
+                         f"{bound:.3g} ({tolerance:g} of its scale)")
+    if missing:
+        problems.append(f"no gradient reached {_listed(missing)}: the loss must depend on every parameter "
+                        "(is the decay detached or hard-coded?)")
+    if wrong:
+        more = f" (and {len(wrong) - 1} more parameters)" if len(wrong) > 1 else ""
+        problems.append(f"the gradients differ from the trusted model's backward pass ({basis}): the gradient of "
+                        f"{wrong[0]}{more}")
+    return problems
 
 
 def hybrid_problem(out: CaseOutput, case: ProbeCase, master_path: Path, variant: Variant | None,
-                   tolerance: float) -> str | None:
-    """What is wrong with one run of the hybrid model (None: nothing)."""
+                   tolerance: float, floor: float) -> str | None:
+    """What is wrong with one run of the hybrid model at ``tolerance`` (None: nothing); ``floor``
+    as in ``run_problems``."""
     if out.status != "ok":
         return f"{RUN_FAILED}: HybridTransformerLM forward/backward: {out.error or out.status}"
-    info, config = out.info, case.config
+    config = case.config
     linear_layers = config["layer_pattern"].count("linear")
-    if info.get("linear_forward_calls") != linear_layers:
-        return (f"your LinearAttention.forward ran {info.get('linear_forward_calls')} times "
-                f"in a model with {linear_layers} linear layers")
-    basis = variant or REFERENCE
-    # A forward that ignores gamma leaves gamma_logit without a gradient: decay_parallel charges that.
-    missing = [n for n in info.get("missing_grads") or []
-               if basis.applies_decay or not n.endswith("gamma_logit")]
-    if missing:
-        return (f"no gradient reached {', '.join(missing[:4])}: the output must "
-                "depend on every parameter (is the decay detached or hard-coded?)")
-    if not info.get("grads_finite", False):
-        return "the backward pass produced non-finite gradients"
-    got = out.arrays.get("logits")
-    results = []
+    calls = out.info.get("linear_forward_calls")   # reported by the student's process: a reason to fail only
+    if calls != linear_layers:
+        return f"your LinearAttention.forward ran {calls} times in a model with {linear_layers} linear layers"
+    basis = "with the reference layer" if variant is None else "whose layers compute what your forward does"
+    found = []
     for eps in EPS_CONVENTIONS:
-        expected = trusted_logits(master_path, config, case.arrays["tokens"], basis, eps)
-        result = compare(got, expected)
-        if within(result, scaled(tolerance, expected)):
+        problems = run_problems(out, trusted_run(master_path, config, case.arrays["tokens"], variant or REFERENCE, eps),
+                                tolerance, floor, basis)
+        if not problems:
             return None
-        results.append(result)
-    return (f"logits differ from the trusted model built from the same seed "
-            f"({'with the reference layer' if variant is None else 'whose layers compute what your forward does'}): "
-            f"{describe(results[0])}")
+        found.append(problems)
+    return min(found, key=len)[0]

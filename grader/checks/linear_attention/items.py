@@ -26,7 +26,7 @@ from grader.checks.compare import (RUN_FAILED, DtypeRule, Mismatch, compare, des
 from grader.checks.linear_attention import cases as inputs
 from grader.checks.linear_attention.model import (EPS_CONVENTIONS, REFERENCE, Variant, attention, candidates,
                                                   parameters, says, state_after)
-from grader.probe import CaseOutput, ProbeCase
+from grader.probe import MAX_STATE_ARRAYS, CaseOutput, ProbeCase
 
 FORM_KIND = {"forward": "forward", "step": "steps"}
 UNUSED_STATE = "not judged, because step does not go on from the state it returned"
@@ -395,7 +395,10 @@ def check_state_resume(ev: Evidence) -> Verdict:
 
 def check_state_fixed_size(ev: Evidence, resume: Verdict) -> Verdict:
     """(S, z) keeps one size however many tokens arrive, and it is what step goes on from
-    (``resume``): a fixed-size state that step does not use proves nothing."""
+    (``resume``): a fixed-size state that step does not use proves nothing. The sizes are
+    measured here, on the states exported after 1, 10 and 1000 steps and on those relayed
+    between workers; what the student's process reports (how much the layer keeps besides
+    its state) can only fail the item."""
     name = ev.ran("state_growth_float64")
     out = ev.output(name)
     if out.status != "ok":
@@ -405,21 +408,18 @@ def check_state_fixed_size(ev: Evidence, resume: Verdict) -> Verdict:
     d = config["embedding_dim"] // heads
     expected_shapes = [[batch, heads, d, d], [batch, heads, d]]
     size = batch * (heads * d * d + heads * d)
-    checkpoints = out.info.get("checkpoints", {})
-    for step in map(str, inputs.STATE_CHECKPOINTS):
-        entry = checkpoints.get(step)
-        if not isinstance(entry, dict):
-            return Verdict("failed", f"no state was recorded after {step} steps")
-        if entry.get("shapes") != expected_shapes:
-            return Verdict("failed", f"after {step} steps the state is {entry.get('container')} of "
-                                     f"{entry.get('shapes')}; expected (S, z) shaped {expected_shapes}")
-        if entry.get("numel") != size:
-            return Verdict("failed", f"after {step} steps the state holds {entry.get('numel')} values; "
-                                     f"expected H*d_h^2 + H*d_h = {size} per batch of {batch}")
+    for step in inputs.STATE_CHECKPOINTS:
+        shapes = [list(part.shape) for part in _checkpoint_state(out, step)]
+        if shapes != expected_shapes:
+            held = f"arrays shaped {shapes}" if shapes else "no tensor"
+            return Verdict("failed", f"after {step} steps the state step returned is {held}; "
+                                     f"expected (S, z) shaped {expected_shapes}")
     relayed = _relayed_state_problem(ev)
     if relayed:
         return Verdict("failed", relayed)
-    growth = [checkpoints[str(s)].get("retained_growth", 0) for s in inputs.STATE_CHECKPOINTS]
+    growth = _reported_growth(out)
+    if growth is None:
+        return Verdict("failed", "the probe received no report of the tensor data the layer keeps besides its state")
     if len(set(growth)) > 1:
         return Verdict("failed", f"the layer keeps more tensor data as tokens arrive ({growth[0]} values "
                                  f"after 1 step, {growth[-1]} after 1000): step must not store the history; "
@@ -429,10 +429,25 @@ def check_state_fixed_size(ev: Evidence, resume: Verdict) -> Verdict:
     return Verdict("passed", f"(S, z) keeps {size} values after 1, 10 and 1000 steps")
 
 
+def _checkpoint_state(out: CaseOutput, steps: int) -> list[np.ndarray]:
+    """The tensors of the state after ``steps`` steps of the state_growth case, as exported."""
+    parts = [out.arrays.get(inputs.checkpoint_output(steps, i)) for i in range(MAX_STATE_ARRAYS)]
+    return parts[: next((i for i, part in enumerate(parts) if part is None), len(parts))]
+
+
+def _reported_growth(out: CaseOutput) -> list[int] | None:
+    """The tensor elements the layer kept besides its state, at each checkpoint, as the
+    student's process reported them (None: no such report)."""
+    checkpoints = out.info.get("checkpoints")
+    entries = [checkpoints.get(str(s)) if isinstance(checkpoints, dict) else None for s in inputs.STATE_CHECKPOINTS]
+    growth = [entry.get("retained_growth") if isinstance(entry, dict) else None for entry in entries]
+    return growth if all(isinstance(g, int) for g in growth) else None
+
+
 def _relayed_state_problem(ev: Evidence) -> str | None:
-    """The states the harness handed from one worker to the next, measured here (the sizes
-    above are reported from inside the student's process). The resume run must have handed
-    one on; every segmented run that ran must have handed on (S, z) of the right shapes."""
+    """The states the harness handed from one worker to the next, measured here. The resume
+    run must have handed one on; every segmented run that ran must have handed on (S, z) of
+    the right shapes."""
     resume = ev.ran("resume_split_float64")
     if ev.output(resume).status != "ok":
         return f"resuming from a state: {ev.output(resume).error}"
@@ -441,7 +456,8 @@ def _relayed_state_problem(ev: Evidence) -> str | None:
         batch, heads = case.arrays["x"].shape[0], case.config["num_heads"]
         d = case.config["embedding_dim"] // heads
         expected = [[batch, heads, d, d], [batch, heads, d]]
-        for shapes in out.info.get("states", []) if out.status == "ok" else []:
+        for state in out.states if out.status == "ok" else []:
+            shapes = [list(part.shape) for part in state]
             if shapes != expected:
                 return (f"on case {ev.label(name)} step returned a state of arrays shaped {shapes}; "
                         f"expected (S, z) shaped {expected}")

@@ -11,7 +11,7 @@ import types
 
 import torch
 
-_tensor, _stack, _no_grad, _isfinite = torch.tensor, torch.stack, torch.no_grad, torch.isfinite
+_tensor, _stack, _no_grad = torch.tensor, torch.stack, torch.no_grad
 _manual_seed, _cross_entropy, _Tensor = torch.manual_seed, torch.nn.functional.cross_entropy, torch.Tensor
 _LONG = torch.long
 _isinstance, _type, _len = isinstance, type, len
@@ -85,9 +85,10 @@ def module_globals_elements(module):
 
 
 def case_state_growth(module, inputs, config):
-    """Size of the state, and of what the layer keeps besides, after some numbers of steps.
-    Measured inside the student's process: a diagnostic for honest mistakes. What cannot be
-    faked are the states relayed between segments, which the trusted side measures itself."""
+    """The state after some numbers of steps, exported as arrays (``checkpoint_<steps>.<i>``)
+    whose shapes the trusted side measures; and, reported from inside the student's process
+    (a diagnostic for honest mistakes, which can only fail the item), how the state is held
+    and how much tensor data the layer keeps besides it."""
     la, dtype = build_attention(module, inputs, config)
     x = _tensor(inputs["x"], dtype=dtype)
     checkpoints = set(config["checkpoints"])
@@ -98,6 +99,9 @@ def case_state_growth(module, inputs, config):
         for t in range(x.shape[1]):
             _, state = la.step(x[:, t], state)
             if t + 1 in checkpoints:
+                parts = list(state) if _isinstance(state, (tuple, list)) else [state]
+                for i, part in enumerate(p for p in parts if _isinstance(p, _Tensor)):
+                    save_output(f"checkpoint_{t + 1}.{i}", part)
                 entry = describe_state(state)
                 entry["retained_growth"] = (retained_elements(la) + module_globals_elements(module)
                                             - baseline)
@@ -117,11 +121,17 @@ _counter = _COUNTER_NAMESPACE["counter"]
 
 
 def case_hybrid(module, inputs, config):
+    """The model built from the seed, run forward and backward: its logits, its loss and the
+    gradient of each of its parameters (``grad.<i>``, in the order the model lists them when
+    built, before any student code runs on it; a parameter without a gradient sends none), for
+    the trusted side to compare with its own model's. The count of forward calls is a report
+    from inside the student's process, which can only fail the item."""
     _manual_seed(config["seed"])
     lm = module.HybridTransformerLM(config["vocab_size"], config["embedding_dim"],
                                     config["layer_pattern"], config["num_heads"],
                                     config["max_seq_len"], hidden_dim=config["hidden_dim"])
     lm.to(dtype=DTYPES[config["dtype"]])
+    parameters = [param for _, param in lm.named_parameters()]
     calls = [0]
     for block in lm.blocks:
         if _isinstance(block.attn, module.LinearAttention):
@@ -130,16 +140,12 @@ def case_hybrid(module, inputs, config):
     logits = lm(tokens)
     loss = _cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
     loss.backward()
-    grads_finite = True
-    missing_grads = []
-    for name, param in lm.named_parameters():
-        if param.grad is None:
-            missing_grads.append(name)
-        elif not bool(_isfinite(param.grad).all()):
-            grads_finite = False
     save_output("logits", logits)
-    return {"grads_finite": grads_finite, "missing_grads": missing_grads,
-            "linear_forward_calls": calls[0]}
+    save_output("loss", loss)
+    for i, param in enumerate(parameters):
+        if param.grad is not None:
+            save_output(f"grad.{i}", param.grad)
+    return {"linear_forward_calls": calls[0]}
 
 
 HANDLERS = {"forward": case_forward, "steps": case_steps, "state_growth": case_state_growth,

@@ -90,39 +90,44 @@ class Evidence:
 
     def returned(self, name: str, key: str = "y", shape: tuple[int, ...] | None = None,
                  dtype: str | None = "float64") -> np.ndarray | str:
-        """The tensor ``key`` that case ``name`` returned, of this shape and dtype, or what is wrong."""
+        """The tensor ``key`` that case ``name`` returned, of this shape and dtype, or what is wrong.
+        Its shape and dtype are the received array's; what the worker reports about it can only
+        add a reason to fail (see ``dtype_problem``)."""
         problem = self.failure(name)
         if problem:
             return problem
         out = self.output(name)
-        info = out.info.get(key) or {}
+        reported = out.info.get(key) or {}
         what = self.where(name) + (f", call {key!r}" if key != "y" else "")
-        if info.get("type") != "Tensor":
-            return f"{what} returned {info.get('type', 'nothing')}, not a tensor"
+        if reported.get("type") != "Tensor":
+            return f"{what} returned {reported.get('type', 'nothing')}, not a tensor"
         got = out.arrays.get(key)
         if got is None:
             return f"{what} returned a tensor that could not be read back"
         if shape is not None and tuple(got.shape) != tuple(shape):
             return f"{what} returned shape {tuple(got.shape)}, expected {tuple(shape)}"
-        if dtype is not None and info.get("dtype") != dtype:
-            return f"{what} returned {info.get('dtype')}, expected {dtype} (compute in the inputs' dtype)"
+        if dtype is not None:
+            wrong = dtype_problem(what, got, reported, dtype)
+            if wrong:
+                return wrong
         return got.astype(np.float64)
 
     def scalar(self, name: str, key: str = "y") -> float | str:
-        """A 0-d float64 value (a one-element float64 tensor, or a Python number), or what is wrong."""
+        """A 0-d float64 value (a one-element float64 tensor, or a Python number), or what is
+        wrong, judged on the received array as ``returned`` does."""
         problem = self.failure(name)
         if problem:
             return problem
         out = self.output(name)
-        info, got = out.info.get(key) or {}, out.arrays.get(key)
+        reported, got = out.info.get(key) or {}, out.arrays.get(key)
         what = self.where(name)
-        if info.get("type") == "Tensor":
-            if got is None or got.size != 1:
-                return f"{what} returned a tensor of shape {tuple(info.get('shape', ()))}, not a scalar"
-            if info.get("dtype") != "float64":
-                return f"{what} returned {info.get('dtype')}, expected float64"
-        elif info.get("type") not in ("float", "int") or got is None:
-            return f"{what} returned {info.get('type', 'nothing')}, not a number"
+        if got is None or reported.get("type") not in ("Tensor", "float", "int"):
+            return f"{what} returned {reported.get('type', 'nothing')}, not a number"
+        if got.size != 1:
+            return f"{what} returned a tensor of shape {tuple(got.shape)}, not a scalar"
+        wrong = dtype_problem(what, got, reported, "float64")
+        if wrong:
+            return wrong
         return float(got.reshape(-1)[0])
 
     # ------------------------------------------------------------------ comparisons
@@ -156,6 +161,17 @@ class Evidence:
             return self._verdicts[item].status == "passed"
         except Exception:  # noqa: BLE001
             return None
+
+
+def dtype_problem(what: str, got: np.ndarray, reported: dict, dtype: str) -> str | None:
+    """None when the received array ``got`` has ``dtype`` and the worker's report of its output
+    (``reported``) does not name another. The report can only fail it: the harness sends a
+    tensor of another dtype (float16, int64) as a float64 array, which only the report names;
+    a Python number is sent as float64, with no dtype reported."""
+    for found in (str(got.dtype), reported.get("dtype", dtype)):
+        if found != dtype:
+            return f"{what} returned {found}, expected {dtype} (compute in the inputs' dtype)"
+    return None
 
 
 @cache
