@@ -98,6 +98,9 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     print(f"grading {len(submissions)} submissions of {assignment.name} into {out_dir} "
           f"with {args.workers} workers", file=sys.stderr)
     outcome = grade_batch(submissions, assignment, sandbox, rubric, out_dir, args.workers)
+    if args.llm_guard and args.llm == "off":
+        print("--llm-guard asks the model, and --llm is off: no second opinion was asked "
+              "(the grader's own detector still flagged what it recognizes)", file=sys.stderr)
     if args.llm != "off":
         overrides = {"model": args.llm_model, "max_tokens": args.llm_max_tokens, "concurrency": args.llm_concurrency,
                      "max_retries": args.llm_retries}
@@ -266,13 +269,17 @@ def _add_release_option(parser: argparse.ArgumentParser) -> None:
                              "(+ after_due_date items), published (+ after_published, e.g. written answers)")
 
 
-def _add_grading_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--assignment", required=True, help="assignment name: rubrics/NAME.yaml, solutions/NAME/, assignments/NAME/")
+def _add_isolation_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-unsandboxed", action="store_true",
                         help="run student code without bubblewrap when it is unusable (unsafe)")
     parser.add_argument("--isolation", choices=("auto", *ISOLATION_LEVELS), default="auto",
                         help="auto: bubblewrap, else (as root, with the grader's files readable by root "
                              "only) an unprivileged user, else refuse (none with --allow-unsandboxed)")
+
+
+def _add_grading_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--assignment", required=True, help="assignment name: rubrics/NAME.yaml, solutions/NAME/, assignments/NAME/")
+    _add_isolation_options(parser)
     limits = parser.add_argument_group("limits (default: the rubric's)")
     limits.add_argument("--memory-gib", type=float)
     limits.add_argument("--cpu-seconds", type=int)
@@ -347,10 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
                                           "in the grading sandbox")
     p.add_argument("notebook", help="the notebook to check")
     p.add_argument("--assignment", help="default: the only assignment that ships a check.py")
-    p.add_argument("--allow-unsandboxed", action="store_true",
-                   help="run check.py (and the notebook's code) without bubblewrap when it is unusable (unsafe)")
-    p.add_argument("--isolation", choices=("auto", *ISOLATION_LEVELS), default="auto",
-                   help="as for grade (default auto)")
+    _add_isolation_options(p)
     p.set_defaults(run=_cmd_check)
     return parser
 

@@ -24,7 +24,7 @@ from grader.probe import ProbeResult, run_probe
 from grader.rubric import Rubric
 from grader.sandbox import Sandbox
 from grader.score import GradeResult, score_items
-from grader.written import WRITTEN_INPUTS, inputs_artifact
+from grader.written import WRITTEN_INPUTS, inputs_artifact, screen
 
 
 EXECUTED_NOTEBOOK = "executed.ipynb"   # the graded run with its outputs, for TAs
@@ -72,7 +72,8 @@ class SubmissionGrader:
                                execution, execution_problem,
                                execution.answers if execution else {})
         verdicts = self.checks.evaluate(context)
-        items = score_items(self.rubric, verdicts, submission, context.answers)
+        # Written answers are screened here, whatever --llm says: the written stage's grade-time part.
+        items = score_items(self.rubric, verdicts, submission, screen(self.rubric, submission, context.answers))
         if submission.fatal:
             notes.insert(0, f"This notebook could not be graded: {submission.fatal}" if path is not None
                          else f"Only the package files were graded: {submission.fatal}")

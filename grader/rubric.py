@@ -135,6 +135,8 @@ def load_rubric(path: Path) -> Rubric:
         raw = yaml.safe_load(raw_text)
     except yaml.YAMLError as exc:
         raise RubricError(f"{path}: not valid YAML: {exc}") from exc
+    except (RecursionError, MemoryError, ValueError) as exc:   # nesting or a number past the parser's limits
+        raise RubricError(f"{path}: the YAML cannot be read ({type(exc).__name__}: {exc})") from exc
     if not isinstance(raw, dict):
         raise RubricError(f"{path}: expected a mapping at top level")
     tags = raw.get("tags")

@@ -1,6 +1,7 @@
 """Stage 5, score: turn verdicts into the per-item results of ``results.json``."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,14 +85,11 @@ class GradeResult:
 
 
 def score_items(rubric: Rubric, verdicts: dict[str, Verdict], submission: Submission,
-                exported: dict[str, Any] | None = None) -> list[ItemResult]:
-    """One result per rubric item, autograded items first, then written questions. Written
-    answers are screened here, whatever ``--llm`` says (``exported``: the executed notebook's
-    answer variables, the grounding values screened with each answer); a flagged one waits
-    for a TA."""
-    from grader.written import screen   # not at the top: grader.written imports this module
-
-    flags = screen(rubric, submission, exported or {})
+                flags: Mapping[str, list[str]] | None = None) -> list[ItemResult]:
+    """One result per rubric item, autograded items first, then written questions. ``flags``:
+    the written stage's grade-time flags by question id (``grader.written.screen``); a flagged
+    answer waits for a TA."""
+    flags = flags or {}
     results = []
     for item in rubric.items:
         verdict = verdicts.get(item.name) or Verdict("error", "no check decided this item (grader bug)")

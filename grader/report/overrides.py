@@ -68,15 +68,15 @@ def read_overrides(out_dir: Path, results: list[GradeResult]) -> list[Override]:
         raise OverrideError(f"{path}: not valid YAML for overrides: {cells.parse_failure(exc)}") from exc
     by_id = {r.submission_id: r for r in results}
     found = []
-    for line, submission_id, name, score, comment, reviewer in entries:
+    for line, submission_id, name, score, given, comment, reviewer in entries:
         result = by_id.get(submission_id)
         item = next((i for i in result.items if i.name == name), None) if result else None
         if result is None:
-            problems.append(f"line {line}: {submission_id!r}: no such submission in {out_dir}")
+            problems.append(f"line {line}: {submission_id}: no such submission in {out_dir}")
         elif item is None:
             problems.append(f"line {line}: {submission_id}/{name}: no such item")
         elif score is None or not 0 <= score <= item.max_score:
-            problems.append(f"line {line}: {submission_id}/{name}: the score is not a number in [0, {item.max_score:g}]")
+            problems.append(f"line {line}: {submission_id}/{name}: score {given} is not a number in [0, {item.max_score:g}]")
         else:
             found.append(Override(submission_id, name, score, comment, reviewer))
     if problems:
@@ -84,7 +84,8 @@ def read_overrides(out_dir: Path, results: list[GradeResult]) -> list[Override]:
     return found
 
 
-_Entry = tuple[int, str, str, "float | None", str, str]   # line, submission, item, score, comment, reviewer
+# line, submission, item, score (None: not a usable number), the score as written, comment, reviewer
+_Entry = tuple[int, str, str, "float | None", str, str, str]
 
 
 def _entries(text: str) -> tuple[list[_Entry], list[str]]:
@@ -120,11 +121,16 @@ def _entries(text: str) -> tuple[list[_Entry], list[str]]:
                 fields = dict(entry.value) if isinstance(entry, yaml.MappingNode) else None
                 by_name = {_text(loader, k): v for k, v in fields.items()} if fields else {}
                 score_node = by_name.get("score") if fields is not None else entry
-                entries.append((item_line, submission_id, name, _score(loader, score_node),
+                given = score_node.value if isinstance(score_node, yaml.ScalarNode) else "(not a single value)"
+                entries.append((item_line, submission_id, name, _score(loader, score_node), _shortened(given),
                                 _text(loader, by_name.get("comment")) or "", _text(loader, by_name.get("reviewer")) or ""))
         return entries, problems
     finally:
         loader.dispose()
+
+
+def _shortened(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _scalar(loader: yaml.SafeLoader, node: yaml.Node | None) -> object:
