@@ -63,6 +63,13 @@ def safe_id(name: str) -> str:
     return f"{stem}-{digest}"
 
 
+def display_name(name: str) -> str:
+    """A file name as text that every output can hold: bytes that are not UTF-8 (which Python
+    keeps as lone surrogates) become U+FFFD. Escaping for HTML, CSV or a terminal is still the
+    output's job."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 @dataclass(frozen=True)
 class SubmissionPath:
     """One submission as discovered: where its notebook and package files are, or why it cannot
@@ -166,9 +173,9 @@ def discover(paths: Sequence[Path], package_files: Sequence[str] = ()) -> list[S
 def _lone_notebook(name: str, path: Path, mode: int) -> SubmissionPath:
     stem = name[: -len(NOTEBOOK_SUFFIX)] if name.endswith(NOTEBOOK_SUFFIX) and name != NOTEBOOK_SUFFIX else name
     submission_id = safe_id(stem)
-    original = name if submission_id != stem else ""
+    original = display_name(name) if submission_id != stem else ""
     if not stat.S_ISREG(mode):
-        return SubmissionPath(submission_id, None, f"{name!r} is {_kind(mode)}", original=original)
+        return SubmissionPath(submission_id, None, f"{display_name(name)!r} is {_kind(mode)}", original=original)
     return SubmissionPath(submission_id, path, original=original)
 
 
@@ -197,7 +204,7 @@ def _folder_entries(folder: Path, package_files: Sequence[str]) -> list[Submissi
             submission = _lone_notebook(entry.name, Path(entry.path), mode)
             if stat.S_ISDIR(mode):
                 submission = SubmissionPath(submission.submission_id, None,
-                                            f"{entry.name!r} is a folder, not a notebook file",
+                                            f"{display_name(entry.name)!r} is a folder, not a notebook file",
                                             original=submission.original)
             found.append(submission)
     return found
@@ -216,7 +223,7 @@ def _submission_folder(name: str, folder: Path, package_files: Sequence[str],
     Without package files the notebook is graded with ``folder`` as its folder, or as a lone
     notebook when ``lone_notebook_folder`` is false (an upload's nesting means nothing)."""
     submission_id = safe_id(name)
-    original = name if submission_id != name else ""
+    original = display_name(name) if submission_id != name else ""
     found = walk(folder)
     choice = found.problem or _choose(found, package_files)
     if isinstance(choice, str):
@@ -237,22 +244,22 @@ def _choose(found: Walk, package_files: Sequence[str]) -> tuple[str | None, str 
     for path, why in found.refused.items():
         if (path.endswith(NOTEBOOK_SUFFIX) or path.rsplit("/", 1)[-1] in package_parts
                 or any(path == p or path.endswith("/" + p) for p in package_files)):
-            return f"{path} is {why}"
+            return f"{display_name(path)} is {why}"
     notebooks = [p for p in found.files if p.endswith(NOTEBOOK_SUFFIX)]
     # The folder a package file sits in as the course lays it out: where its path starts.
     roots = sorted({p[: -len(name)].rstrip("/") for name in package_files for p in found.files
                     if p == name or p.endswith("/" + name)})
-    listed = ", ".join(notebooks)
+    listed = display_name(", ".join(notebooks))
     if len(notebooks) > 1:
         return f"the folder holds {len(notebooks)} notebooks ({listed}); submit exactly one"
     if not notebooks and not roots:
         return "the folder holds no .ipynb notebook" + (f" and no {', '.join(package_files)}" if package_files else "")
     if len(roots) > 1:
-        return f"submit one copy of the package files (found under {', '.join(r or '.' for r in roots)})"
+        return f"submit one copy of the package files (found under {display_name(', '.join(r or '.' for r in roots))})"
     root = roots[0] if roots else None
     if notebooks and root and not notebooks[0].startswith(root + "/"):
-        return f"put the notebook and the package folder side by side (found {listed} outside {root})"
-    notes = tuple(f"not read: {path} is {why}" for path, why in found.refused.items())
+        return f"put the notebook and the package folder side by side (found {listed} outside {display_name(root)})"
+    notes = tuple(f"not read: {display_name(path)} is {why}" for path, why in found.refused.items())
     return (notebooks[0] if notebooks else None), root, notes
 
 
@@ -309,7 +316,7 @@ def submission_files(notebook: Path | None, folder: Path | None, declared: Itera
     """Everything graded, by its path relative to the submission folder (a lone notebook: its
     name): the notebook and each ``declared`` package file that the folder holds as a regular
     file."""
-    files = {} if notebook is None else {_relative(notebook, folder): notebook}
+    files = {} if notebook is None else {relative_name(notebook, folder): notebook}
     if folder is not None:
         files.update({name: folder / name for name in declared
                       if read_regular(folder / name, folder, 0, truncate=True)[0] is not None})
@@ -332,5 +339,7 @@ def submission_sha256(files: dict[str, Path], root: Path | None, max_bytes: int)
     return hashlib.sha256(lines.encode()).hexdigest()
 
 
-def _relative(path: Path, folder: Path | None) -> str:
-    return path.relative_to(folder).as_posix() if folder is not None else path.name
+def relative_name(path: Path, folder: Path | None) -> str:
+    """How a submission's file is named in results: relative to its folder (a lone notebook: its
+    name), as display text."""
+    return display_name(path.relative_to(folder).as_posix() if folder is not None else path.name)

@@ -19,7 +19,7 @@ import nbformat
 
 from grader import cells
 from grader.graft import provided_names
-from grader.intake import Refused, read_file, submission_files, submission_sha256
+from grader.intake import Refused, read_file, relative_name, submission_files, submission_sha256
 
 @dataclass
 class Submission:
@@ -60,17 +60,13 @@ def load_submission(path: Path | None, submission_id: str, template: nbformat.No
     if sub.notebook is not None:
         _find_answers(sub, template)
     if sub.package_scaffolds:
-        _record_sources(sub, template, None if path is None else _relative(path, folder))
+        _record_sources(sub, template, None if path is None else relative_name(path, folder))
     return sub
 
 
 def package_files(template: nbformat.NotebookNode) -> list[str]:
     """The package files the assignment's scaffold cells declare (relative to a submission folder)."""
     return [s.package_file for s in cells.scaffolds(template) if s.package_file]
-
-
-def _relative(path: Path, folder: Path | None) -> str:
-    return path.relative_to(folder).as_posix() if folder is not None else path.name
 
 
 def _read_notebook(sub: Submission, path: Path, root: Path, max_bytes: int) -> None:

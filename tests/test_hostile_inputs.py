@@ -30,7 +30,7 @@ from playwright.sync_api import sync_playwright
 
 from conftest import ROOT, items_by_id, write_notebook
 from grader import cells
-from grader.intake import RESERVED_IDS, SAFE_ID, discover, find_submission, safe_id
+from grader.intake import RESERVED_IDS, SAFE_ID, discover, display_name, find_submission, safe_id
 from grader.load import load_submission
 from grader.report.changes import CHANGES_FILE
 from grader.report.export import export_canvas
@@ -42,7 +42,7 @@ from grader.score import GradeResult, ItemResult
 from grader.written import CACHE_FOLDER, USAGE_FILE
 from grader.written.client import BATCH_STATE
 from test_injection import FIRST, _answer_cell, _with_answer
-from test_pages import CHROMIUM, CHROMIUM_FLAGS
+from test_pages import CHROMIUM, CHROMIUM_FLAGS, assert_items_shown_once
 
 GRADER = ROOT / ".venv" / "bin" / "grader"
 PACKAGE = "g2c/linear_attention/attention.py"
@@ -52,7 +52,7 @@ BROKEN = '{"cells": [ {"cell_type": '          # the shared batch's broken_json.
 TERMINAL_NAME = "\x1b]0;pwned\x07\x1b[2J[reverse]x\u202egpj.exe\x9b1m"   # no "/": it is a file name
 HOSTILE_NAMES = ['=HYPERLINK("http:evil","open")', "+1+1", "-2+3", "@SUM(1)", "\tTAB", "javascript:alert(1)",
                  '"><script>alert(1)<', "onload=alert(1)", TERMINAL_NAME, "gradebook.csv", "overrides.yaml",
-                 "Summary.HTML"]
+                 "Summary.HTML", os.fsdecode(b"not-utf8-\xff\xfe")]
 # Past the parser's limits: RecursionError (a long sum) and MemoryError (a long unary chain,
 # which the kernel also refuses at once, so the batch's copy runs in seconds).
 DEEP_SUM = "x = " + "+".join(["1"] * 20000)
@@ -73,6 +73,7 @@ def test_safe_ids_keep_good_names_and_replace_the_rest():
         assert submission_id.casefold() not in RESERVED_IDS
         assert re.search(r"-[0-9a-f]{8}$", submission_id), submission_id   # the sha256 of the name
     assert len(set(made.values())) == len(made)
+    assert display_name(os.fsdecode(b"a\xffb")) == "a\ufffdb"
     assert safe_id("gradebook.csv") != "gradebook.csv" and safe_id("summary.html").startswith("summary.html-")
 
 
@@ -447,6 +448,10 @@ def test_no_page_runs_script(hostile):
                     href = link.get_attribute("href")
                     assert href.startswith("#") or re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*/review\.html(#[\w-]+)?",
                                                                 href), (path, href)
+                if path.name != SUMMARY_PAGE:   # every item once: hostile names hide none of them
+                    tests = json.loads((path.parent / "results.json").read_text())["tests"]
+                    assert_items_shown_once(page, path, [t["extra_data"]["id"] for t in tests
+                                                         if path.name == REVIEW_PAGE or t["visibility"] == "visible"])
         finally:
             browser.close()
     assert dialogs == []

@@ -25,7 +25,7 @@ from grader.score import GradeResult, score_items
 from grader.written import USAGE_FILE, WRITTEN_INPUTS, grade_written, inputs_artifact, screen
 from grader.written import client as api
 from grader.written.injection import INVISIBLE, TAGGED, readable, scan, suspicious
-from grader.written.prompt import (ABSENT, MAX_GROUNDING_CHARS, grounding_values, guard_params, request_params)
+from grader.written.prompt import ABSENT, MAX_GROUNDING_CHARS, grounding_values, guard_params
 
 from conftest import ROOT
 from test_written import api as api_server, folder, item, server  # noqa: F401 - the local API server's fixtures
@@ -349,15 +349,19 @@ def test_the_guard_flags_what_the_detector_misses_cached_and_counted(api_server,
 
 
 def test_the_guard_is_in_the_budget(api_server, tmp_path, assignment):
+    """The draft comes from the cache (a first run without the guard), so the guard is the only
+    request left; a budget below its estimate keeps it unsent, and the item waits for a person.
+    (With both to send, which one a budget leaves out depends on which finishes first.)"""
     rubric = assignment.rubric
     folder(tmp_path, rubric, {"a": {FIRST: "The crossover is at 1024."}})
-    grade = request_params(rubric.llm, question(rubric, FIRST), assignment.reference_answers[FIRST],
-                           "The crossover is at 1024.", {})
-    guard = guard_params(rubric.llm, "The crossover is at 1024.", {})
-    budget = (api.Budget.estimate(grade, rubric.llm.prices, False)
-              + api.Budget.estimate(guard, rubric.llm.prices, False) / 2)   # the draft, not its guard
     (result,) = read_results(tmp_path)
-    grade_written(tmp_path, [result], assignment, rubric, "live", budget_usd=budget, guard=True)
+    grade_written(tmp_path, [result], assignment, rubric, "live")
+    assert len(api_server.posts("/v1/messages")) == 1
+    folder(tmp_path, rubric, {"a": {FIRST: "The crossover is at 1024."}})   # pending again
+    (result,) = read_results(tmp_path)
+    guard = guard_params(rubric.llm, "The crossover is at 1024.", {})
+    grade_written(tmp_path, [result], assignment, rubric, "live",
+                  budget_usd=api.Budget.estimate(guard, rubric.llm.prices, False) / 2, guard=True)
     graded = item(result, FIRST)
     assert len(api_server.posts("/v1/messages")) == 1 and graded.status == "pending_review" and graded.score == 0
     assert "guard request did not finish: not sent: the LLM budget" in graded.output

@@ -92,6 +92,13 @@ def test_an_override_changes_every_output_and_keeps_the_original(out):
     assert re.search(r"ta_kim</td><td>ran fine on my machine", after[SUMMARY_PAGE].replace("\n", ""))
 
 
+def assert_items_shown_once(page, path: Path, item_ids: list[str]) -> None:
+    """What a person sees: one card per item, in rubric order, and nothing else drawn as one."""
+    page.goto(path.as_uri())
+    shown = page.eval_on_selector_all("div.item", "cards => cards.map(c => c.id)")
+    assert shown == [f"item-{i}" for i in item_ids], (path, shown)
+
+
 def test_pages_load_in_headless_chromium_without_console_errors(out, tmp_path):
     assert CHROMIUM.is_file(), f"{CHROMIUM} is missing: run `make install` (it installs Debian's chromium)"
     shots = tmp_path / "screenshots"
@@ -111,6 +118,11 @@ def test_pages_load_in_headless_chromium_without_console_errors(out, tmp_path):
                 shown_max = sum(t["max_score"] for t in expected["tests"] if t["visibility"] == "visible")
                 assert page.inner_text("#total") == f"{shown:g} / {shown_max:g} points"
                 page.screenshot(path=str(shots / f"{submission_id}.png"), full_page=True)
+            for folder in sorted(p.parent for p in out.glob("*/results.json")):
+                expected = results(out, folder.name)
+                assert_items_shown_once(page, folder / REPORT_PAGE,
+                                        [t["extra_data"]["id"] for t in expected["tests"] if t["visibility"] == "visible"])
+                assert_items_shown_once(page, folder / REVIEW_PAGE, [t["extra_data"]["id"] for t in expected["tests"]])
             page.goto((out / SUMMARY_PAGE).as_uri())
             assert page.locator("#histogram svg").count() == 1 and page.locator("#pass-rates svg").count() == 1
             rows = page.locator("#scores tr").count() - 1
