@@ -125,7 +125,7 @@ def walk(folder: Path, max_depth: int = MAX_DEPTH, max_entries: int = MAX_ENTRIE
                 found.refused[path] = f"cannot be read ({exc.strerror})"
                 continue
             if stat.S_ISDIR(mode) and entry.name.endswith(NOTEBOOK_SUFFIX):
-                found.refused[path] = "a folder, not a notebook file"
+                found.refused[path] = _kind(mode)
             elif stat.S_ISDIR(mode):
                 if depth + 1 >= max_depth:
                     found.problem = f"the folder is nested more than {max_depth} levels deep"
@@ -140,7 +140,9 @@ def walk(folder: Path, max_depth: int = MAX_DEPTH, max_entries: int = MAX_ENTRIE
 
 
 def _kind(mode: int) -> str:
-    """Why an entry that is not a regular file or a folder is refused."""
+    """Why an entry that is not a regular file is refused where a file belongs."""
+    if stat.S_ISDIR(mode):
+        return "a folder, not a notebook file"
     if stat.S_ISLNK(mode):
         return "a symbolic link (submit the file itself)"
     if stat.S_ISFIFO(mode):
@@ -171,7 +173,7 @@ def discover(paths: Sequence[Path], package_files: Sequence[str] = ()) -> list[S
 
 
 def _lone_notebook(name: str, path: Path, mode: int) -> SubmissionPath:
-    stem = name[: -len(NOTEBOOK_SUFFIX)] if name.endswith(NOTEBOOK_SUFFIX) and name != NOTEBOOK_SUFFIX else name
+    stem = name.removesuffix(NOTEBOOK_SUFFIX) or name
     submission_id = safe_id(stem)
     original = display_name(name) if submission_id != stem else ""
     if not stat.S_ISREG(mode):
@@ -201,12 +203,7 @@ def _folder_entries(folder: Path, package_files: Sequence[str]) -> list[Submissi
         elif looks_like_notebook or stat.S_ISLNK(mode):
             if stat.S_ISLNK(mode) and not looks_like_notebook and not _is_dir(Path(entry.path)):
                 continue   # a link to some other file is no submission
-            submission = _lone_notebook(entry.name, Path(entry.path), mode)
-            if stat.S_ISDIR(mode):
-                submission = SubmissionPath(submission.submission_id, None,
-                                            f"{display_name(entry.name)!r} is a folder, not a notebook file",
-                                            original=submission.original)
-            found.append(submission)
+            found.append(_lone_notebook(entry.name, Path(entry.path), mode))
     return found
 
 
@@ -294,7 +291,12 @@ def _unique(found: list[SubmissionPath]) -> list[SubmissionPath]:
 # ----------------------------------------------------------------------------- reads
 
 class Refused(ValueError):
-    """A file of the submission that the grader does not read, with the reason."""
+    """A file of the submission that the grader does not read, with the reason (``too_large``:
+    the reason is its size)."""
+
+    def __init__(self, reason: str, too_large: bool = False):
+        super().__init__(reason)
+        self.too_large = too_large
 
 
 def read_file(path: Path, root: Path, max_bytes: int, label: str) -> bytes:
@@ -308,7 +310,7 @@ def read_file(path: Path, root: Path, max_bytes: int, label: str) -> bytes:
             size = f"{os.lstat(path).st_size / 2**20:.1f} MiB, "
         except OSError:
             size = ""
-        raise Refused(f"{label} is {size}over the {max_bytes / 2**20:.0f} MiB limit")
+        raise Refused(f"{label} is {size}over the {max_bytes / 2**20:.0f} MiB limit", too_large=True)
     raise Refused(f"{label} is {why}")
 
 

@@ -75,7 +75,7 @@ def _read_notebook(sub: Submission, path: Path, root: Path, max_bytes: int) -> N
         data = read_file(path, root, max_bytes, "the notebook")
     except Refused as exc:
         sub.fatal = str(exc) + ("; clear large outputs (Kernel > Restart & Clear Output) and resubmit"
-                                if "limit" in str(exc) else "")
+                                if exc.too_large else "")
         return
     try:
         text = data.decode("utf-8")
