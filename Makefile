@@ -38,9 +38,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
-# Debian's chromium, for the pages' browser tests only (no browser build can be downloaded).
+# Debian's chromium, for the pages' browser tests only (no browser build can be downloaded), and
+# the pinned axe-core from npm that those tests inject for their accessibility scan.
+AXE_CORE := axe-core@4.11.0
 $(BROWSER): $(STAMP)
 	$(call debian_package,chromium,chromium,the browser tests of the report pages need it)
+	$(call debian_package,npm,npm,the accessibility scan of the report pages needs axe-core from npm)
+	npm install --silent --no-audit --no-fund --prefix $(VENV) $(AXE_CORE)
 	touch $(BROWSER)
 
 test: $(STAMP) $(BROWSER)

@@ -23,7 +23,7 @@ from grader.pipeline import GRADER_ERRORS
 from grader.report.changes import record_changes
 from grader.report.export import ExportError, export_canvas
 from grader.report.overrides import OverrideError, apply_overrides
-from grader.report.pages import RELEASES, SUMMARY_PAGE, write_pages
+from grader.report.pages import RELEASES, SUMMARY_PAGE, release_state, write_pages
 from grader.report.results import read_results, write_gradebook
 from grader.report.terminal import print_scores
 from grader.rubric import Limits, Rubric, RubricError
@@ -94,6 +94,7 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as exc:
         raise CommandError(str(exc)) from exc
     out_dir = Path(args.out)
+    release = _release(out_dir, args.release)
     before = {r.submission_id: r for r in read_results(out_dir)}
     print(f"grading {len(submissions)} submissions of {assignment.name} into {out_dir} "
           f"with {args.workers} workers", file=sys.stderr)
@@ -116,12 +117,20 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     for change in record_changes(out_dir, before, outcome.results):
         print(f"score changed: {change['submission_id']} {change['old_total']:g} -> {change['new_total']:g}",
               file=sys.stderr)
-    _write_outputs(out_dir, outcome.results, args.release)
+    _write_outputs(out_dir, outcome.results, release)
     if outcome.internal_errors:
         print(f"{outcome.internal_errors} submissions hit an internal grader error (tracebacks in "
               f"{out_dir}/<id>/{GRADER_ERRORS}; rerunning regrades them)", file=sys.stderr)
         return 2
     return 0
+
+
+def _release(out_dir: Path, given: str | None) -> str:
+    """The folder's release state: ``--release`` changes it, omitted keeps it."""
+    try:
+        return release_state(out_dir, given)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from exc
 
 
 def _write_outputs(out_dir: Path, results: list[GradeResult], release: str) -> None:
@@ -130,7 +139,7 @@ def _write_outputs(out_dir: Path, results: list[GradeResult], release: str) -> N
     write_pages(out_dir, results, release)
     print_scores(results, sys.stdout)
     print(f"\nresults: {out_dir}/<id>/results.json and report.html; gradebook: {out_dir}/gradebook.csv; "
-          f"for TAs: {out_dir}/{SUMMARY_PAGE}")
+          f"for TAs: {out_dir}/{SUMMARY_PAGE}; released to students: {release} (--release changes it)")
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -138,13 +147,14 @@ def _cmd_report(args: argparse.Namespace) -> int:
     results = read_results(out_dir)
     if not results:
         raise CommandError(f"{out_dir}: no results.json files to report on")
+    release = _release(out_dir, args.release)
     try:
         log = apply_overrides(results, out_dir)
     except OverrideError as exc:
         raise CommandError(str(exc)) from exc
     for line in log:
         print(f"override: {line}")
-    _write_outputs(out_dir, results, args.release)
+    _write_outputs(out_dir, results, release)
     return 0
 
 
@@ -264,9 +274,10 @@ def _cmd_gradescope_bundle(args: argparse.Namespace) -> int:
 
 
 def _add_release_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--release", choices=tuple(RELEASES), default="none",
-                        help="what students' report.html shows: none (visible items only, the default), due "
-                             "(+ after_due_date items), published (+ after_published, e.g. written answers)")
+    parser.add_argument("--release", choices=tuple(RELEASES), default=None,
+                        help="what students' report.html shows, kept in the output folder until changed: none "
+                             "(visible items only, a new folder's state), due (+ after_due_date items), "
+                             "published (+ after_published, e.g. written answers)")
 
 
 def _add_isolation_options(parser: argparse.ArgumentParser) -> None:

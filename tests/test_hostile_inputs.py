@@ -35,7 +35,7 @@ from grader.load import load_submission
 from grader.report.changes import CHANGES_FILE
 from grader.report.export import export_canvas
 from grader.report.overrides import APPLIED_FILE, OVERRIDES_FILE, OverrideError, read_overrides
-from grader.report.pages import REPORT_PAGE, REVIEW_PAGE, SUMMARY_PAGE
+from grader.report.pages import RELEASE_FILE, REPORT_PAGE, REVIEW_PAGE, SUMMARY_PAGE
 from grader.report.results import GRADEBOOK_FILE, read_results
 from grader.report.terminal import plain
 from grader.score import GradeResult, ItemResult
@@ -79,7 +79,7 @@ def test_safe_ids_keep_good_names_and_replace_the_rest():
 
 def test_reserved_ids_are_every_name_the_grader_writes_at_the_top_of_an_output_folder():
     written = {GRADEBOOK_FILE, SUMMARY_PAGE, OVERRIDES_FILE, APPLIED_FILE, CHANGES_FILE, USAGE_FILE, BATCH_STATE,
-               CACHE_FOLDER, "canvas_import.csv"}
+               CACHE_FOLDER, "canvas_import.csv", RELEASE_FILE}
     assert written <= RESERVED_IDS
 
 

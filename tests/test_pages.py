@@ -14,10 +14,25 @@ import pytest
 import yaml
 from playwright.sync_api import sync_playwright
 
+from grader.assignment import Assignment
+from grader.checks import CheckContext, checks_for
 from grader.cli import main
-from grader.report.pages import REPORT_PAGE, REVIEW_PAGE, SUMMARY_PAGE
+from grader.graft import submission_module_source
+from grader.load import load_submission
+from grader.pipeline import EXECUTED_NOTEBOOK
+from grader.report.pages import (RELEASES, REPORT_PAGE, REVIEW_PAGE, SUMMARY_PAGE, cell_problems, release_state,
+                                 write_pages)
+from grader.report.results import read_results, write_result
+from grader.score import GradeResult, score_items
+
+from conftest import ROOT, SCAFFOLDS, as_scaffolds, scaffold_cell
+from probe_in_process import probe_in_process
+from test_hyena_checks import CORPUS as HYENA_CORPUS
+from test_hyena_checks import scaffold_sources
+from test_review import two_raising_cells
 
 CHROMIUM = Path("/usr/bin/chromium")   # Debian's package, installed by `make install`
+AXE = ROOT / ".venv" / "node_modules" / "axe-core" / "axe.min.js"   # the pinned npm package, also from `make install`
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
@@ -87,7 +102,9 @@ def test_an_override_changes_every_output_and_keeps_the_original(out):
     assert gradebook["untouched"]["notebook_runs"] == "2" and float(gradebook["untouched"]["total"]) == new_total
     canvas = {r[3]: r[5] for r in csv.reader(io.StringIO(after["canvas_import.csv"]))}
     assert canvas["jdoe"] == f"{new_total:g}"
-    assert "Changed by a TA (ta_kim): 0 &rarr; 2: ran fine on my machine" in after[f"untouched/{REPORT_PAGE}"]
+    for page_name in (REPORT_PAGE, REVIEW_PAGE):   # the override is explained on both pages, on its item
+        card = re.search(r'<div class="item" id="item-notebook_runs">(.*?)\n</div>', after[f"untouched/{page_name}"], re.S)
+        assert "Changed by a TA (ta_kim): 0 &rarr; 2: ran fine on my machine" in card.group(1), page_name
     assert total_shown(after[f"untouched/{REPORT_PAGE}"]) != total_shown(before[f"untouched/{REPORT_PAGE}"])
     assert re.search(r"ta_kim</td><td>ran fine on my machine", after[SUMMARY_PAGE].replace("\n", ""))
 
@@ -97,6 +114,43 @@ def assert_items_shown_once(page, path: Path, item_ids: list[str]) -> None:
     page.goto(path.as_uri())
     shown = page.eval_on_selector_all("div.item", "cards => cards.map(c => c.id)")
     assert shown == [f"item-{i}" for i in item_ids], (path, shown)
+
+
+def serious_violations(page) -> list[str]:
+    """axe-core's serious and critical findings on the loaded page (every rule enabled)."""
+    assert AXE.is_file(), f"{AXE} is missing: run `make install` (it installs the pinned axe-core)"
+    page.add_script_tag(path=str(AXE))
+    found = page.evaluate("async () => (await axe.run(document, {resultTypes: ['violations']})).violations"
+                          ".map(v => ({id: v.id, impact: v.impact, help: v.help,"
+                          " nodes: v.nodes.slice(0, 3).map(n => n.target.join(' '))}))")
+    return [f"{page.url}: {v['id']} ({v['impact']}): {v['help']} at {v['nodes']}"
+            for v in found if v["impact"] in ("serious", "critical")]
+
+
+def assert_folder_pages(page, out: Path) -> list[str]:
+    """Every submission's two pages and the summary, as a person sees them: the student page has
+    one card per item the folder's release state shows and nothing else, each with the message
+    of results.json (what Gradescope shows); the TA page has every item; raising cells are boxes
+    of their own class, one per raising cell. Returns axe's serious findings on all of them."""
+    shown_visibilities = RELEASES[release_state(out)]
+    problems: list[str] = []
+    for folder in sorted(p.parent for p in out.glob("*/results.json")):
+        expected = results(out, folder.name)
+        released = [t for t in expected["tests"] if t["visibility"] in shown_visibilities]
+        assert_items_shown_once(page, folder / REPORT_PAGE, [t["extra_data"]["id"] for t in released])
+        for test in released:
+            if "details" in test["extra_data"] and "criteria" in test["extra_data"]["details"]:
+                continue   # a drafted answer shows its criteria table, not the output text
+            card = page.locator(f"div.item#item-{test['extra_data']['id']} pre").first.inner_text()
+            assert card == test["output"].split("\n[TA override")[0], (folder.name, test["extra_data"]["id"])
+        raised = sum(1 for c in cell_problems(folder / EXECUTED_NOTEBOOK))
+        assert page.locator("div.cell").count() == raised
+        problems += serious_violations(page)
+        assert_items_shown_once(page, folder / REVIEW_PAGE, [t["extra_data"]["id"] for t in expected["tests"]])
+        assert page.locator("div.cell").count() == raised
+        problems += serious_violations(page)
+    page.goto((out / SUMMARY_PAGE).as_uri())
+    return problems + serious_violations(page)
 
 
 def test_pages_load_in_headless_chromium_without_console_errors(out, tmp_path):
@@ -118,11 +172,10 @@ def test_pages_load_in_headless_chromium_without_console_errors(out, tmp_path):
                 shown_max = sum(t["max_score"] for t in expected["tests"] if t["visibility"] == "visible")
                 assert page.inner_text("#total") == f"{shown:g} / {shown_max:g} points"
                 page.screenshot(path=str(shots / f"{submission_id}.png"), full_page=True)
-            for folder in sorted(p.parent for p in out.glob("*/results.json")):
-                expected = results(out, folder.name)
-                assert_items_shown_once(page, folder / REPORT_PAGE,
-                                        [t["extra_data"]["id"] for t in expected["tests"] if t["visibility"] == "visible"])
-                assert_items_shown_once(page, folder / REVIEW_PAGE, [t["extra_data"]["id"] for t in expected["tests"]])
+            problems += assert_folder_pages(page, out)
+            with redirect_stdout(io.StringIO()):
+                assert main(["report", str(out), "--release", "published"]) == 0
+            problems += assert_folder_pages(page, out)
             page.goto((out / SUMMARY_PAGE).as_uri())
             assert page.locator("#histogram svg").count() == 1 and page.locator("#pass-rates svg").count() == 1
             rows = page.locator("#scores tr").count() - 1
@@ -132,3 +185,50 @@ def test_pages_load_in_headless_chromium_without_console_errors(out, tmp_path):
             browser.close()
     assert problems == []
     assert all((shots / f"{name}.png").stat().st_size > 10_000 for name in ("raises", "untouched", "summary"))
+
+
+# Corpus entries whose pages are checked (graded in process: no sandbox run per entry).
+PAGE_CORPUS = {"linear_attention": ("correct_einsum", "mutant_decay_s_not_z", "mutant_future_mask",
+                                    "mutant_step_caches_history"),
+               "linear_attention_hyena": ("correct_cumsum", "mutant_fft_no_padding", "mutant_gate_wrong_axis")}
+
+
+def _corpus_result(assignment: Assignment, name: str, executed: bytes) -> GradeResult:
+    """One corpus entry's result as the pipeline would write it, from the in-process probe."""
+    checks = checks_for(assignment.rubric)
+    if assignment.name == "linear_attention":
+        sources = as_scaffolds(assignment.master, scaffold_cell(assignment.master, (SCAFFOLDS / f"{name}.py").read_text()))
+    else:
+        sources = scaffold_sources(assignment.master, (HYENA_CORPUS / f"{name}.py").read_text())
+    source, _ = submission_module_source(assignment.master, sources)
+    probe = probe_in_process(source, checks.probe_cases(assignment.rubric), checks.PROBE_DRIVER)
+    verdicts = checks.evaluate(CheckContext(assignment.rubric, assignment.master_path, probe, None, None,
+                                            "not executed in this test"))
+    submission = load_submission(assignment.master_path, name, assignment.template, 2**26)
+    return GradeResult(name, assignment.name, "test", "0" * 64,
+                       score_items(assignment.rubric, verdicts, submission), artifacts={EXECUTED_NOTEBOOK: executed})
+
+
+def test_corpus_pages_show_every_item_once_and_pass_axe_in_chromium(tmp_path):
+    """Pages of in-process corpus results, one folder per assignment, each at another release
+    state; one entry with no raising cell, one with two."""
+    clean = json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode()
+    folders = []
+    for (assignment_name, names), release in zip(PAGE_CORPUS.items(), ("due", "published")):
+        assignment = Assignment(assignment_name)
+        out = tmp_path / assignment_name
+        for position, name in enumerate(names):
+            write_result(out, _corpus_result(assignment, name, two_raising_cells() if position == 1 else clean))
+        release_state(out, release)
+        write_pages(out, read_results(out), release)
+        folders.append(out)
+    with sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1100, "height": 1400})
+            problems = [p for out in folders for p in assert_folder_pages(page, out)]
+            page.goto((folders[0] / PAGE_CORPUS["linear_attention"][1] / REPORT_PAGE).as_uri())
+            assert page.locator("div.cell").count() == 2
+        finally:
+            browser.close()
+    assert problems == []

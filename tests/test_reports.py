@@ -111,7 +111,7 @@ def test_student_page_shows_released_items_escaped_and_no_internals(folder, assi
     assert "Written: " not in carol and "will appear here once released" in carol
     assert "max-abs error 0.07 at position 16" in carol
     assert HOSTILE not in carol and "&lt;script&gt;" in carol          # student text is escaped
-    assert "cell 1" in carol and "NameError: name &#39;boom&#39; is not defined" in carol
+    assert "code cell 2" in carol and "starts <code>boom()</code>" in carol and "NameError: name &#39;boom&#39; is not defined" in carol
     assert "\x1b[" not in carol and "before the error" in carol       # ANSI colour codes stripped
     assert "SECRET_CHECK_LINE" not in carol and "overrides.yaml lines" not in carol
     write_pages(folder, results, release="published")

@@ -13,7 +13,9 @@ confirm or change each one.
 """
 from __future__ import annotations
 
+import ast
 import atexit
+import functools
 import io
 import json
 import os
@@ -22,7 +24,7 @@ import shutil
 import statistics
 import tempfile
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,7 @@ from grader.score import GradeResult, ItemResult
 from grader.written import USAGE_FILE, WRITTEN_INPUTS
 
 REPORT_PAGE = "report.html"
+RELEASE_FILE = "release.json"   # the folder's release state, kept between runs
 REVIEW_PAGE = "review.html"
 SUMMARY_PAGE = "summary.html"
 
@@ -69,6 +72,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # A number standing alone (not the 64 of float64 or the 1 of ex1), for grouping messages.
 _NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![\w.])", re.IGNORECASE)
 MAX_MESSAGE_CHARS = 200
+MAX_FIRST_LINE_CHARS = 80
+EXECUTION_ITEM = "notebook_runs"   # every assignment's item for the notebook running headless
 
 _templates = jinja2.Environment(loader=jinja2.PackageLoader("grader.report", "templates"),
                                 autoescape=True, undefined=jinja2.StrictUndefined,
@@ -88,12 +93,23 @@ _templates.globals["review_anchor"] = _review_anchor
 
 @dataclass
 class CellProblem:
-    """One executed cell that raised: where, what, and what it printed (truncated)."""
+    """One executed cell that raised, named as the student sees it: its number among the
+    notebook's code cells, its first line and its execution count (the ``In [n]`` of the
+    traceback), then what it raised and printed (truncated), and the items its error cost."""
 
-    index: int
+    number: int
+    first_line: str
+    execution_count: int | None
     error: str
     traceback: str
     printed: str
+    cell_id: str = ""
+    costs: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        count = f" (In [{self.execution_count}])" if self.execution_count else ""
+        return f"code cell {self.number}{count}"
 
 
 @dataclass
@@ -107,6 +123,30 @@ class QueueEntry:
     score: float
     max_score: float
     yaml: str
+    answer: str = ""                 # a written answer's text, as the model read it
+    flagged: bool = False
+    confidence: float | None = None  # the model's, when it drafted a score
+    written: bool = False
+
+
+def release_state(out_dir: Path, given: str | None = None) -> str:
+    """How far the folder's grades are released. ``given`` (``--release`` on grade or report)
+    becomes the folder's state; None keeps the state already stored there (``none`` for a new
+    folder), so re-rendering after overrides never unpublishes anything by omission."""
+    path = out_dir / RELEASE_FILE
+    if given is not None:
+        if given not in RELEASES:
+            raise ValueError(f"release must be one of {sorted(RELEASES)}, not {given!r}")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"release": given, "set": _now()}) + "\n")
+        return given
+    try:
+        stored = json.loads(path.read_text()).get("release")
+    except (OSError, ValueError, AttributeError):
+        return "none"
+    if stored not in RELEASES:
+        raise ValueError(f"{path}: release {stored!r} is not one of {sorted(RELEASES)}; set it with --release")
+    return stored
 
 
 def write_pages(out_dir: Path, results: list[GradeResult], release: str = "none") -> list[Path]:
@@ -131,8 +171,8 @@ def write_pages(out_dir: Path, results: list[GradeResult], release: str = "none"
 
 
 def _submission_context(folder: Path, result: GradeResult) -> dict[str, Any]:
-    return {"result": result, "problems": cell_problems(folder / EXECUTED_NOTEBOOK),
-            "answers": _answers(folder), "generated": _now()}
+    return {"result": result, "problems": cell_problems(folder / EXECUTED_NOTEBOOK, result),
+            "answers": _answers(folder), "asked": written_context(folder, result), "generated": _now()}
 
 
 def _items_context(result: GradeResult, shown: tuple[str, ...] | None) -> dict[str, Any]:
@@ -143,21 +183,26 @@ def _items_context(result: GradeResult, shown: tuple[str, ...] | None) -> dict[s
             "shown_score": round(sum(i.score for i in items), 4),
             "shown_max": round(sum(i.max_score for i in items), 4),
             "withheld": len(withheld), "withheld_max": round(sum(i.max_score for i in withheld), 4),
+            "shown_names": [i.name for i in items], "titles": {i.name: i.title for i in items},
             "override_lines": {i.name: override_lines(result.submission_id, i) for i in items}}
 
 
-def cell_problems(executed: Path) -> list[CellProblem]:
-    """Cells of the executed notebook that raised, in order (empty when there is no notebook).
+def cell_problems(executed: Path, result: GradeResult | None = None) -> list[CellProblem]:
+    """Cells of the executed notebook that raised, in order (empty when there is no notebook),
+    numbered among code cells as the student counts them; with ``result``, each names the items
+    its error cost.
 
     The notebook was written inside the sandbox: it is read as data, capped, and escaped by
     the template like everything else."""
     try:
         notebook = json.loads(executed.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return []
+    listed = notebook.get("cells", []) if isinstance(notebook, dict) else []
+    code = [c for c in listed if isinstance(listed, list) and isinstance(c, dict) and c.get("cell_type") == "code"]
     found = []
-    for index, cell in enumerate(notebook.get("cells", []) if isinstance(notebook, dict) else []):
-        outputs = cell.get("outputs", []) if isinstance(cell, dict) else []
+    for number, cell in enumerate(code, 1):
+        outputs = cell.get("outputs", []) if isinstance(cell.get("outputs"), list) else []
         errors = [o for o in outputs if isinstance(o, dict) and o.get("output_type") == "error"]
         if not errors:
             continue
@@ -165,32 +210,131 @@ def cell_problems(executed: Path) -> list[CellProblem]:
         printed = "".join(_text(o.get("text", "")) for o in outputs
                           if isinstance(o, dict) and o.get("output_type") == "stream")
         traceback = _ANSI.sub("", "\n".join(map(str, error.get("traceback", []))))
-        found.append(CellProblem(index, f"{error.get('ename', 'Error')}: {error.get('evalue', '')}",
-                                 _tail(traceback, MAX_TRACEBACK_CHARS), _tail(printed, MAX_STREAM_CHARS)))
+        first = next((line.strip() for line in cells.source(cell).splitlines() if line.strip()), "")
+        count = cell.get("execution_count")
+        found.append(CellProblem(number, _shorten(first, MAX_FIRST_LINE_CHARS),
+                                 count if isinstance(count, int) and not isinstance(count, bool) else None,
+                                 f"{error.get('ename', 'Error')}: {error.get('evalue', '')}",
+                                 _tail(traceback, MAX_TRACEBACK_CHARS), _tail(printed, MAX_STREAM_CHARS),
+                                 str(cell.get("id", ""))))
+    if result is not None:
+        defines = answer_cells(result.assignment)
+        for problem in found:
+            missing = defines.get(problem.cell_id, ())
+            problem.costs = [i.name for i in result.items if i.status != "passed" and WRITTEN_TAG not in i.tags and (
+                i.name == EXECUTION_ITEM or any(re.search(rf"\b{name}\b", i.output) for name in missing))]
     return found
+
+
+@functools.lru_cache(maxsize=8)
+def answer_cells(assignment: str) -> dict[str, tuple[str, ...]]:
+    """Cell id -> the answer variables that cell assigns, read from the trusted master notebook
+    (never from the student's cell; ids are the template's): a raising cell costs the items
+    that read them."""
+    try:
+        template = Assignment(assignment)
+        wanted = set(template.rubric.answer_variables)
+        notebook = template.master
+    except Exception:  # noqa: BLE001 - an unknown or broken assignment only loses the links
+        return {}
+    found = {}
+    for cell in notebook.cells:
+        if cell.get("cell_type") != "code" or not cell.get("id"):
+            continue
+        try:
+            tree = cells.parse_python(cells.source(cell))
+        except SyntaxError:
+            continue
+        assigned = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)
+                    and isinstance(node.ctx, ast.Store)} & wanted
+        if assigned:
+            found[cell["id"]] = tuple(sorted(assigned))
+    return found
+
+
+def written_context(folder: Path, result: GradeResult) -> dict[str, dict[str, Any]]:
+    """For each written item: the question as the template asks it, the rubric's criteria and
+    the grounding values the answer was judged against (as the written stage recorded them)."""
+    try:
+        template = Assignment(result.assignment)
+        questions = {q.item_name: q for q in template.rubric.questions}
+        asked = template.reference_answers
+    except Exception:  # noqa: BLE001 - an unknown assignment's pages still show the answers
+        return {}
+    try:
+        grounding = json.loads((folder / WRITTEN_INPUTS).read_text()).get("grounding") or {}
+    except (OSError, ValueError, AttributeError, RecursionError):
+        grounding = {}
+    context = {}
+    for name, question in questions.items():
+        values = grounding.get(question.id) if isinstance(grounding, dict) else None
+        context[name] = {"question": asked[question.id].question if question.id in asked else "",
+                         "criteria": {c.id: c for c in question.criteria},
+                         "grounding": _tail(json.dumps(values, indent=1, default=str), MAX_STREAM_CHARS)
+                         if values else ""}
+    return context
 
 
 def override_lines(submission_id: str, item: ItemResult, score: float | None = None) -> str:
     """The overrides.yaml lines that set ``item`` to ``score`` (default: confirm what it has,
     or the LLM's suggested score for a flagged written answer)."""
+    return f"{json.dumps(submission_id)}:\n" + _override_item_lines(item, score)
+
+
+def _override_item_lines(item: ItemResult, score: float | None = None) -> str:
     if score is None:
         details = item.details or {}
         score = details.get("draft_score", item.score) if item.status == "pending_review" else item.score
-    return (f"{json.dumps(submission_id)}:\n  {item.name}:\n    score: {float(score):g}   # of {item.max_score:g}\n"
+    return (f"  {item.name}:\n    score: {float(score):g}   # of {item.max_score:g}\n"
             f"    comment: \"\"\n    reviewer: \"\"")
 
 
 def review_queue(out_dir: Path, results: list[GradeResult]) -> list[QueueEntry]:
-    """Pending or flagged written answers, errored items (execution, internal grader errors)."""
-    queue = []
+    """What waits for a person, in the order to look at it: written answers question by question
+    (each question's flagged answers first, then drafts by the model's confidence, lowest first,
+    then answers with no draft), then errored autograded items item by item."""
+    order = {}
+    entries = []
     for result in sorted(results, key=lambda r: r.submission_id):
-        for item in result.items:
+        answers = _answers(out_dir / result.submission_id) if SAFE_ID.fullmatch(result.submission_id) else {}
+        for position, item in enumerate(result.items):
             internal = item.name in result.grader_errors or "*" in result.grader_errors
             reason = _needs_review(item, internal)
-            if reason:
-                queue.append(QueueEntry(result.submission_id, item.name, item.title, reason, item.score,
-                                        item.max_score, override_lines(result.submission_id, item)))
-    return queue
+            if not reason:
+                continue
+            details = item.details or {}
+            confidence = details.get("confidence") if "draft_score" in details else None
+            order.setdefault(item.name, position)
+            entries.append(QueueEntry(result.submission_id, item.name, item.title, reason, item.score,
+                                      item.max_score, override_lines(result.submission_id, item),
+                                      answers.get(item.name, ""), bool(details.get("flags")),
+                                      float(confidence) if isinstance(confidence, (int, float)) else None,
+                                      WRITTEN_TAG in item.tags))
+
+    def rank(entry: QueueEntry) -> tuple:
+        drafted = entry.confidence is not None
+        return (not entry.written, order[entry.item], not entry.flagged, not drafted,
+                entry.confidence if drafted else 0.0, entry.submission_id)
+    return sorted(entries, key=rank)
+
+
+def queue_groups(queue: list[QueueEntry]) -> list[tuple[str, list[QueueEntry]]]:
+    """The queue as (question or item title, its entries), in the queue's order."""
+    groups: dict[str, list[QueueEntry]] = {}
+    for entry in queue:
+        groups.setdefault(entry.title, []).append(entry)
+    return list(groups.items())
+
+
+def queue_blocks(queue: list[QueueEntry], results: list[GradeResult]) -> list[tuple[str, str]]:
+    """(submission id, its overrides.yaml block): every queued item of one submission under one
+    key, so that the block can be pasted whole."""
+    items = {(r.submission_id, i.name): i for r in results for i in r.items}
+    named: dict[str, list[str]] = {}
+    for entry in sorted(queue, key=lambda e: e.submission_id):
+        named.setdefault(entry.submission_id, []).append(entry.item)
+    return [(sid, f"{json.dumps(sid)}:\n" + "\n".join(_override_item_lines(items[(sid, name)]) for name in names))
+            for sid, names in named.items()]
 
 
 def _needs_review(item: ItemResult, internal_error: bool) -> str:
@@ -236,6 +380,7 @@ def common_failures(results: list[GradeResult], limit: int = 12) -> list[tuple[s
 def summary_context(out_dir: Path, results: list[GradeResult]) -> dict[str, Any]:
     """Everything summary.html shows, computed from the output folder."""
     ordered = sorted(results, key=lambda r: r.submission_id)
+    queue = review_queue(out_dir, ordered)
     scores = [r.score for r in ordered]
     items: dict[str, list[ItemResult]] = {}
     for result in ordered:
@@ -255,7 +400,8 @@ def summary_context(out_dir: Path, results: list[GradeResult]) -> dict[str, Any]
         "mean": statistics.fmean(scores) if scores else 0, "median": statistics.median(scores) if scores else 0,
         "histogram_svg": _histogram(scores, max((r.max_score for r in ordered), default=1)),
         "pass_rate_svg": _pass_rates(pass_rates), "pass_rates": pass_rates,
-        "failures": common_failures(ordered), "queue": review_queue(out_dir, ordered),
+        "failures": common_failures(ordered), "queue": queue,
+        "queue_groups": queue_groups(queue), "queue_blocks": queue_blocks(queue, ordered),
         "usage": usage, "times": times, "mean_time": statistics.fmean(times) if times else 0,
         "changes": read_changes(out_dir),
         "pairs": similar_pairs(out_dir, ordered, _template_scaffold(ordered[0].assignment) if ordered else None),
@@ -319,6 +465,10 @@ def _text(value: Any) -> str:
 
 def _tail(text: str, limit: int) -> str:
     return text if len(text) <= limit else "[... truncated ...]\n" + text[-limit:]
+
+
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _last_line(text: str) -> str:
