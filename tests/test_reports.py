@@ -21,7 +21,7 @@ from grader.report.changes import CHANGES_FILE, read_changes, record_changes
 from grader.report.export import ExportError, export_canvas
 from grader.report.integrity import code_tokens, similar_pairs
 from grader.report.pages import REPORT_PAGE, REVIEW_PAGE, SUMMARY_PAGE, review_queue, write_pages
-from grader.report.results import read_results, write_result
+from grader.report.results import GRADEBOOK_FILE, read_results, write_result
 from grader.report.terminal import RunProgress, print_scores
 from grader.score import GradeResult, ItemResult
 from grader.written import WRITTEN_INPUTS
@@ -159,6 +159,64 @@ def test_common_failures_and_pass_rates_in_the_summary(folder):
     assert "mean 12.5 s, longest 12.5 s" in summary
 
 
+def test_gradebook_leaves_pending_items_empty_and_counts_them(folder, assignment):
+    """A pending written answer has no score yet: an empty cell, counted in `pending`, never a 0
+    (which is what a failed item shows)."""
+    with redirect_stdout(io.StringIO()):
+        assert main(["report", str(folder)]) == 0
+    with (folder / GRADEBOOK_FILE).open(newline="") as handle:
+        rows = {r["submission_id"]: r for r in csv.DictReader(handle)}
+    written = [q.item_name for q in assignment.rubric.questions]
+    first = written[0]
+    checks = {i.name: i.points for i in assignment.rubric.items}
+    assert [rows["bob"][w] for w in written] == [""] * len(written) and rows["bob"]["pending"] == str(len(written))
+    assert rows["bob"]["causality"] == "0"                                     # failed: a score of 0
+    assert float(rows["bob"]["total"]) == sum(checks.values()) - checks["causality"]
+    assert rows["alice"][first] == f"{assignment.rubric.questions[0].points:g}"
+    assert [rows["alice"][w] for w in written[1:]] == [""] * (len(written) - 1)
+    assert rows["alice"]["pending"] == str(len(written) - 1)
+    assert float(rows["alice"]["total"]) == sum(checks.values()) + assignment.rubric.questions[0].points
+    # carol's flagged answer waits for a TA (its draft's 2 points are not in the total); her errored item is a 0
+    assert rows["carol"][first] == "" and rows["carol"]["pending"] == str(len(written))
+    assert rows["carol"]["state_resume"] == "0" and rows["carol"]["max"] == f"{assignment.rubric.max_score:g}"
+
+
+def _pass_rate_labels(summary: str) -> dict[str, str]:
+    """item id -> the text drawn beside its bar in the summary's pass-rate chart."""
+    figure = summary.split('id="pass-rates"', 1)[1].split("</figure>", 1)[0]
+    return dict(re.findall(r'<g id="rate-([^"]+)">\s*<text[^>]*>([^<]*)</text>', figure))
+
+
+def _bar_widths(summary: str) -> dict[str, float]:
+    """item id -> the drawn width of its bar (SVG units)."""
+    figure = summary.split('id="pass-rates"', 1)[1].split("</figure>", 1)[0]
+    widths = {}
+    for name, path in re.findall(r'<g id="bar-([^"]+)">\s*<path d="([^"]*)"', figure):
+        xs = [float(x) for x in re.findall(r"[ML] ([-\d.]+) [-\d.]+", path)]
+        widths[name] = max(xs) - min(xs)
+    return widths
+
+
+def test_summary_pass_rates_leave_pending_out_and_say_how_many(folder, assignment):
+    """The rate is passed / graded; pending items are counted beside the bar, not as failures."""
+    write_pages(folder, read_results(folder))
+    summary = page(folder / SUMMARY_PAGE)
+    labels, widths = _pass_rate_labels(summary), _bar_widths(summary)
+    written = [q.item_name for q in assignment.rubric.questions]
+    assert set(labels) == set(widths) == {i.name for i in assignment.rubric.items} | set(written)
+    # the first question: alice's draft passed; bob's and carol's (flagged) wait
+    assert labels[written[0]] == "100% (1 of 1), 2 pending"
+    assert all(labels[w] == "none graded yet, 3 pending" for w in written[1:])
+    assert labels["equivalence"] == labels["causality"] == "67% (2 of 3)"      # carol's, bob's failure
+    assert labels["state_resume"] == "67% (2 of 3)"                            # carol's error is graded
+    assert labels["notebook_runs"] == "100% (3 of 3)"
+    full = widths["notebook_runs"]
+    assert full > 0 and widths[written[0]] == pytest.approx(full)
+    assert widths["equivalence"] == pytest.approx(full * 2 / 3) and all(widths[w] == 0 for w in written[1:])
+    pending = 2 + 3 * (len(written) - 1)
+    assert f"the number pending is beside each bar ({pending} in all)" in summary
+
+
 def test_integrity_pairs_a_renamed_copy_only(folder, assignment):
     pairs = similar_pairs(folder, read_results(folder))
     assert [(p.first, p.second, p.what) for p in pairs] == [("alice", "bob", "scaffold code")]
@@ -225,7 +283,13 @@ def test_canvas_export_has_canvas_columns_and_lists_everyone_left_out(folder):
     assert "wrote" in out.getvalue() and "2 students" in out.getvalue()
     assert "not in the roster (not exported): carol" in err.getvalue()
     assert "without a submission (left empty): dave" in err.getvalue()
-    assert "exported while written answers still await review: alice, bob" in err.getvalue()
+    assert "2 exported while written answers still await review: alice, bob" in err.getvalue()
+    # Canvas's numeric rule: a total still waiting is its graded points, a number as in gradebook.csv
+    with redirect_stdout(io.StringIO()):
+        assert main(["report", str(folder)]) == 0
+    gradebook = {r["submission_id"]: r for r in csv.DictReader((folder / GRADEBOOK_FILE).open(newline=""))}
+    for login in ("alice", "bob"):
+        assert float(scores[login]) == float(gradebook[login]["total"]) and int(gradebook[login]["pending"]) > 0
 
 
 def test_canvas_export_rejects_a_bad_roster_or_header(folder, tmp_path):

@@ -12,6 +12,12 @@ command line, and Canvas's "Points Possible" row under the header. Scores are th
 after TA overrides. Nobody is dropped silently: submissions missing from the roster and
 roster students without a submission are returned (and printed by the CLI); the latter get
 an empty cell, which Canvas leaves as it was.
+
+Canvas reads a score cell as a number or leaves the grade unchanged when it is empty, and any
+extra column would become an assignment, so a pending mark cannot travel in the file: a
+total that still waits for review of written answers is exported as its graded points (a
+number, as gradebook.csv's ``total``), and the outcome lists those submissions
+(``pending_review``) for the CLI to say how many totals are not final yet.
 """
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.report.results import csv_row
+from grader.report.results import csv_row, graded_points, is_pending
 from grader.score import GradeResult
 
 CANVAS_FIELDS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
@@ -81,9 +87,9 @@ def export_canvas(results: list[GradeResult], roster_path: Path, column: str, ta
         writer.writerow(["    Points Possible", "", "", "", "", f"{points_possible:g}"])
         for submission_id, student in sorted(roster.items(), key=lambda kv: kv[1]["Student"]):
             result = by_id.get(submission_id)
-            writer.writerow(csv_row([*(student[c] for c in CANVAS_FIELDS), f"{result.score:g}" if result else ""]))
+            writer.writerow(csv_row([*(student[c] for c in CANVAS_FIELDS), f"{graded_points(result):g}" if result else ""]))
             if result:
                 outcome.exported += 1
-                if any(i.status == "pending_review" for i in result.items):
+                if any(map(is_pending, result.items)):
                     outcome.pending_review.append(submission_id)
     return outcome

@@ -44,6 +44,7 @@ def _private_matplotlib_config() -> None:
 
 
 _private_matplotlib_config()
+from matplotlib import rc_context  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402  (after the config folder is chosen)
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
@@ -54,6 +55,7 @@ from grader.pipeline import EXECUTED_NOTEBOOK, GRADER_ERRORS
 from grader.report.changes import read_changes
 from grader.report.integrity import similar_pairs
 from grader.report.overrides import OVERRIDES_FILE
+from grader.report.results import is_pending
 from grader.rubric import WRITTEN_TAG
 from grader.score import GradeResult, ItemResult
 from grader.written import USAGE_FILE, WRITTEN_INPUTS
@@ -386,8 +388,7 @@ def summary_context(out_dir: Path, results: list[GradeResult]) -> dict[str, Any]
     for result in ordered:
         for item in result.items:
             items.setdefault(item.name, []).append(item)
-    pass_rates = [(group[0].title, name, sum(i.status == "passed" for i in group) / len(group), len(group))
-                  for name, group in items.items()]
+    pass_rates = [PassRate.of(name, group) for name, group in items.items()]
     try:
         usage = json.loads((out_dir / USAGE_FILE).read_text())
     except (OSError, ValueError):
@@ -438,17 +439,51 @@ def _histogram(scores: list[float], max_score: float) -> str:
     return _svg(figure)
 
 
-def _pass_rates(rates: list[tuple[str, str, float, int]]) -> str:
+@dataclass(frozen=True)
+class PassRate:
+    """One item across the class: a pending item (no score yet) counts neither as passed nor as
+    failed, so the rate is passed / graded and the pending count is said beside it."""
+
+    name: str
+    passed: int
+    graded: int      # items with a score: passed, failed or error
+    pending: int
+
+    @classmethod
+    def of(cls, name: str, group: list[ItemResult]) -> PassRate:
+        pending = sum(map(is_pending, group))
+        return cls(name, sum(i.status == "passed" for i in group), len(group) - pending, pending)
+
+    @property
+    def rate(self) -> float | None:
+        return self.passed / self.graded if self.graded else None
+
+    @property
+    def label(self) -> str:
+        """The text beside the bar."""
+        shown = (f"{self.rate:.0%} ({self.passed} of {self.graded})" if self.rate is not None
+                 else "none graded yet")
+        return shown + (f", {self.pending} pending" if self.pending else "")
+
+
+def _pass_rates(rates: list[PassRate]) -> str:
+    """Horizontal bars of passed / graded per item, each labelled with its rate and pending
+    count. The labels are SVG text (not glyph outlines), so they can be read, found and copied."""
     figure = Figure(figsize=(6.5, 0.28 * max(len(rates), 1) + 0.8))
     axes = figure.add_subplot()
-    labels = [name for _, name, _, _ in rates][::-1]
-    values = [100 * rate for _, _, rate, _ in rates][::-1]
-    axes.barh(labels, values, color="#5a9a5a")
+    ordered = rates[::-1]
+    bars = axes.barh([r.name for r in ordered], [100 * (r.rate or 0) for r in ordered], color="#5a9a5a")
+    for bar, rate in zip(bars, ordered):
+        bar.set_gid(f"bar-{rate.name}")
+        text = axes.annotate(rate.label, (bar.get_width(), bar.get_y() + bar.get_height() / 2),
+                             xytext=(4, 0), textcoords="offset points", va="center", fontsize=7)
+        text.set_gid(f"rate-{rate.name}")
     axes.set_xlim(0, 100)
-    axes.set_xlabel("% of submissions passed")
+    axes.set_xlabel("% of graded submissions passed (pending items not counted)")
     axes.tick_params(axis="y", labelsize=8)
     axes.spines[["top", "right"]].set_visible(False)
-    return _svg(figure)
+    with rc_context({"svg.fonttype": "none"}):   # this figure only; the histogram keeps the default
+        return _svg(figure)
 
 
 def _answers(folder: Path) -> dict[str, str]:

@@ -1,4 +1,9 @@
-"""results.json per submission (written atomically, read back) and gradebook.csv."""
+"""results.json per submission (written atomically, read back) and gradebook.csv.
+
+In gradebook.csv an item still pending (a written answer awaiting review) is an empty cell,
+never a 0: 0 is a score, pending is no score yet. ``total`` adds the graded items only and
+``pending`` counts the items still waiting, so a row with pending items is visibly not final.
+"""
 from __future__ import annotations
 
 import csv
@@ -7,10 +12,11 @@ import os
 from pathlib import Path
 
 from grader.intake import SAFE_ID
-from grader.score import GradeResult, result_from_json
+from grader.score import GradeResult, ItemResult, result_from_json
 from grader.untrusted import read_bytes
 
 RESULTS_FILE = "results.json"
+PENDING = "pending_review"
 GRADEBOOK_FILE = "gradebook.csv"
 MAX_RESULTS_BYTES = 64 * 2**20
 # A spreadsheet evaluates a cell that starts with one of these (OWASP's CSV injection rule).
@@ -55,8 +61,19 @@ def read_results(out_dir: Path) -> list[GradeResult]:
     return results
 
 
+def is_pending(item: ItemResult) -> bool:
+    """Whether ``item`` has no score yet (a written answer waiting for a person or the LLM)."""
+    return item.status == PENDING
+
+
+def graded_points(result: GradeResult) -> float:
+    """The points of the items that have a score: what a total says before review ends."""
+    return round(sum(i.score for i in result.items if not is_pending(i)), 4)
+
+
 def write_gradebook(out_dir: Path, results: list[GradeResult]) -> Path:
-    """One row per submission: id, total, max, then one column per item."""
+    """One row per submission: id, total (graded points), max, pending (items without a score
+    yet), then one column per item, empty where the item is pending or absent."""
     columns: list[str] = []
     for result in results:
         for item in result.items:
@@ -65,9 +82,10 @@ def write_gradebook(out_dir: Path, results: list[GradeResult]) -> Path:
     path = out_dir / GRADEBOOK_FILE
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(csv_row(["submission_id", "total", "max"] + columns))
+        writer.writerow(csv_row(["submission_id", "total", "max", "pending"] + columns))
         for result in sorted(results, key=lambda r: r.submission_id):
-            scores = {i.name: i.score for i in result.items}
-            writer.writerow(csv_row([result.submission_id, f"{result.score:g}", f"{result.max_score:g}"]
-                                    + [f"{scores[c]:g}" if c in scores else "" for c in columns]))
+            scores = {i.name: "" if is_pending(i) else f"{i.score:g}" for i in result.items}
+            pending = sum(map(is_pending, result.items))
+            writer.writerow(csv_row([result.submission_id, f"{graded_points(result):g}", f"{result.max_score:g}",
+                                     str(pending)] + [scores.get(c, "") for c in columns]))
     return path
