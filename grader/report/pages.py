@@ -53,6 +53,7 @@ from grader.assignment import Assignment
 from grader.intake import SAFE_ID
 from grader.pipeline import EXECUTED_NOTEBOOK, GRADER_ERRORS
 from grader.report.changes import read_changes
+from grader.report.executed import write_executed_page
 from grader.report.integrity import similar_pairs
 from grader.report.overrides import OVERRIDES_FILE
 from grader.report.results import is_pending
@@ -152,7 +153,8 @@ def release_state(out_dir: Path, given: str | None = None) -> str:
 
 
 def write_pages(out_dir: Path, results: list[GradeResult], release: str = "none") -> list[Path]:
-    """report.html and review.html for every result, then summary.html for the batch."""
+    """report.html and review.html for every result (and executed.html when its folder holds
+    the executed notebook), then summary.html for the batch."""
     if release not in RELEASES:
         raise ValueError(f"release must be one of {sorted(RELEASES)}, not {release!r}")
     pages = []
@@ -160,10 +162,13 @@ def write_pages(out_dir: Path, results: list[GradeResult], release: str = "none"
         folder = out_dir / result.submission_id
         folder.mkdir(parents=True, exist_ok=True)
         context = _submission_context(folder, result)
+        executed, executed_note = write_executed_page(folder)   # linked from the TA's page only
+        pages += [executed] if executed else []
         for name, audience, shown in ((REPORT_PAGE, "student", RELEASES[release]),
                                       (REVIEW_PAGE, "ta", None)):
             html = _templates.get_template("report.html.j2").render(
-                audience=audience, release=release, **context, **_items_context(result, shown))
+                audience=audience, release=release, executed=executed.name if executed else "",
+                executed_note=executed_note, **context, **_items_context(result, shown))
             (folder / name).write_text(html)
             pages.append(folder / name)
     summary = out_dir / SUMMARY_PAGE
