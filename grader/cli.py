@@ -171,7 +171,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     print(f"wrote {outcome.path}: {outcome.exported} students")
     for label, ids in (("graded but not in the roster (not exported)", outcome.not_in_roster),
                        ("in the roster without a submission (left empty)", outcome.no_submission),
-                       ("exported while written answers still await review", outcome.pending_review)):
+                       (f"of {outcome.exported} exported totals still wait for review of written answers "
+                        "(exported as their graded points; export again after review)", outcome.pending_review)):
         if ids:
             print(f"{len(ids)} {label}: {', '.join(ids)}", file=sys.stderr)
     return 0

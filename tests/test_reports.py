@@ -1,6 +1,6 @@
 """Reports on recorded results, in process: pages, review queue, integrity, score changes,
 the Canvas export and the terminal. (Pages of a really graded batch, in a real browser, are
-tested in test_grading.py and test_pages_browser.py.)"""
+tested in test_grading.py and test_pages.py.)"""
 from __future__ import annotations
 
 import csv
@@ -50,8 +50,9 @@ def recorded(assignment, submission_id: str, failed: dict[str, str] | None = Non
 
 def executed_with_error(traceback_line: str) -> bytes:
     notebook = {"cells": [
-        {"cell_type": "code", "source": "print('fine')", "outputs": [{"output_type": "stream", "text": "fine\n"}]},
-        {"cell_type": "code", "source": "boom()", "outputs": [
+        {"cell_type": "code", "id": "fine", "source": "print('fine')", "metadata": {}, "execution_count": 1,
+         "outputs": [{"output_type": "stream", "name": "stdout", "text": "fine\n"}]},
+        {"cell_type": "code", "id": "boom", "source": "boom()", "metadata": {}, "execution_count": 2, "outputs": [
             {"output_type": "stream", "name": "stdout", "text": ["before the error ", HOSTILE, "\n"]},
             {"output_type": "error", "ename": "NameError", "evalue": "name 'boom' is not defined",
              "traceback": ["\x1b[0;31mNameError\x1b[0m  Traceback", traceback_line]}]}],
@@ -283,7 +284,8 @@ def test_canvas_export_has_canvas_columns_and_lists_everyone_left_out(folder):
     assert "wrote" in out.getvalue() and "2 students" in out.getvalue()
     assert "not in the roster (not exported): carol" in err.getvalue()
     assert "without a submission (left empty): dave" in err.getvalue()
-    assert "2 exported while written answers still await review: alice, bob" in err.getvalue()
+    assert ("2 of 2 exported totals still wait for review of written answers (exported as their graded points; "
+            "export again after review): alice, bob") in err.getvalue()
     # Canvas's numeric rule: a total still waiting is its graded points, a number as in gradebook.csv
     with redirect_stdout(io.StringIO()):
         assert main(["report", str(folder)]) == 0

@@ -8,6 +8,7 @@ after a TA edits ``DIR/overrides.yaml``, without executing anything:
 - ``changes``: old -> new per item when a regrade changes a score
 - ``integrity``: near-identical submissions, for a person to look at
 - ``pages``: ``report.html`` for the student, ``review.html`` and ``summary.html`` for TAs
+- ``executed``: ``executed.html``, the executed notebook sanitized, for TAs
 - ``export``: gradebook CSV for an LMS (Canvas)
 - ``terminal``: progress bars and the closing table (rich)
 
