@@ -48,10 +48,7 @@ def test_every_assignment_ships_a_calibration_set_for_every_question(name):
         assert len(set(scores)) >= 2 and min(scores) < question.points, (question.id, scores)
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="rubrics/linear_attention_calibration.yaml "
-                                                                 "scores totals only, not criteria"))
-    if n == "linear_attention" else n for n in ASSIGNMENTS])
+@pytest.mark.parametrize("name", ASSIGNMENTS)
 def test_every_calibration_set_scores_every_criterion_both_ways(name):
     """Each sample is scored on every criterion of its question, and each criterion is earned by
     some answer and missed by another, so the set says whether the model awards the right points."""
