@@ -375,9 +375,9 @@ def test_calibrate_reports_agreement_with_ta_scores(api, assignment, tmp_path, c
     """The server gives every sample full points: the shipped set's TA scores say how far off."""
     assert main(["calibrate", "--assignment", "linear_attention", "--out", str(tmp_path)]) == 0
     table = capsys.readouterr().out
-    # ex1_crossover: TA scores 2, 1, 0 and the reference's 3; drafts all 3.
+    # ex1_crossover: TA scores 2, 1, 0, 2 and the reference's 3; drafts all 3.
     row = next(line.split() for line in table.splitlines() if line.startswith("ex1_crossover"))
-    assert row == ["ex1_crossover", "4", "4", "25%", "1.50", "0.00"]
-    assert len(api.posts("/v1/messages")) == 40      # 3 TA-scored samples and the reference, x 10
+    assert row == ["ex1_crossover", "5", "5", "20%", "1.40", "0.00"]
+    assert len(api.posts("/v1/messages")) == 42      # 32 TA-scored samples and 10 references
     assert main(["calibrate", "--assignment", "linear_attention", "--out", str(tmp_path)]) == 0
-    assert len(api.posts("/v1/messages")) == 40      # the second run comes from the cache
+    assert len(api.posts("/v1/messages")) == 42      # the second run comes from the cache
