@@ -1,20 +1,40 @@
-"""``grader assign``: turn a master notebook into the student notebook.
+"""``grader assign``: turn a master notebook into the student notebook and its ``check.py``.
 
 The student version keeps every cell of the master except ``instructor`` ones, in order and
 with the same cell ids (the grader matches cells by id), replaces solution blocks by a
 ``NotImplementedError`` TODO, blanks written answers and clears all outputs.
+
+``check.py``, the pre-submission check students run beside the notebook, is
+``check_template.py`` with its ``SPEC`` filled in from the student notebook, the rubric and the
+public tests: the scaffold symbols, the provided cells' source, fingerprints of the questions,
+the size and time limits, grading's environment and the modules each part needs. It is
+generated output, never edited by hand, so it follows the notebooks whenever they change.
 """
 from __future__ import annotations
 
+import ast
 import copy
+import hashlib
 import json
+import pprint
+import sys
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import nbformat
 
 from grader import cells
+from grader.assignment import Assignment
+from grader.execute import GRADING_ENV
 
 TODO_DEFAULT = "your code here"
+CHECK_SCRIPT = "check.py"
+CHECK_TEMPLATE = Path(__file__).with_name("check_template.py")
+SPEC_LINE = "SPEC: Dict[str, Any] = {}  # the assignment's data: `grader assign` writes it here\n"
+PUBLIC_TESTS = "tests"          # the public tests' folder beside the student notebook, when there are any
+NOTEBOOK_ENV = "NOTEBOOK_ENV"   # the conftest constant naming the variable that selects the notebook
+RUN_MODULES = ("nbformat", "nbclient", "ipykernel")   # what check.py --run needs to run a notebook
 
 
 def strip_solutions(code: str) -> str:
@@ -71,8 +91,104 @@ def student_path(master_path: Path, root: Path) -> Path:
     return root / "assignments" / name / f"{name}.ipynb"
 
 
-def write_student_notebook(master_path: Path, target: Path) -> Path:
-    master = nbformat.read(str(master_path), as_version=4)
+def _fingerprint(text: str) -> str:
+    """What check.py's ``fingerprint`` computes (the first 16 hex digits of the sha256)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _third_party_imports(sources: Iterable[str], local: set[str]) -> list[str]:
+    """The top-level modules that ``sources`` import, anywhere in the code, that are neither in
+    the standard library nor in ``local``: what a student's Python must have installed."""
+    found: set[str] = set()
+    for source in sources:
+        code = "\n".join("" if line.lstrip()[:1] in ("%", "!") else line for line in source.split("\n"))
+        for node in ast.walk(ast.parse(code)):
+            if isinstance(node, ast.Import):
+                found.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                found.add(node.module.split(".")[0])
+    return sorted(found - set(sys.stdlib_module_names) - local - {"__future__"})
+
+
+def _public_tests(tests: Path, student: nbformat.NotebookNode) -> dict[str, Any] | None:
+    """How check.py runs the public tests in ``tests`` (None when the assignment has none): the
+    variable that points them at a notebook (the conftest's ``NOTEBOOK_ENV``) and the modules
+    they and the notebook code they load need."""
+    files = sorted(tests.glob("*.py")) if tests.is_dir() else []
+    if not files:
+        return None
+    conftest = tests / "conftest.py"
+    tree = ast.parse(conftest.read_text(encoding="utf-8")) if conftest.is_file() else ast.Module(body=[])
+    env = next((node.value.value for node in tree.body if isinstance(node, ast.Assign)
+                and [getattr(t, "id", None) for t in node.targets] == [NOTEBOOK_ENV]
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)), None)
+    if env is None:
+        raise ValueError(f"{conftest}: the public tests need a `{NOTEBOOK_ENV} = \"...\"` constant naming the "
+                         "environment variable that selects the notebook they test")
+    loaded = [cells.source(c) for c in student.cells if c.cell_type == "code"
+              and {cells.PROVIDED, cells.SCAFFOLD} & set(cells.tags(c))]
+    sources = [path.read_text(encoding="utf-8") for path in files] + loaded
+    needs = _third_party_imports(sources, {path.stem for path in files})
+    return {"folder": tests.name, "env": env, "needs": sorted({"pytest", *needs})}
+
+
+def check_spec(assignment: Assignment, student: nbformat.NotebookNode) -> dict[str, Any]:
+    """The data check.py carries: everything it must know about the assignment, from the student
+    notebook ``student`` (as ``student_notebook`` makes it), the rubric and the public tests.
+
+    Raises ValueError when a provided cell differs between master and student notebook (it
+    holds a solution block): check.py runs the provided cells, so it would ship the solution."""
+    master_provided = {c.id: cells.source(c) for c in assignment.master.cells if cells.PROVIDED in cells.tags(c)}
+    provided = [{"id": c.id, "source": cells.source(c)} for c in student.cells if cells.PROVIDED in cells.tags(c)]
+    for cell in provided:
+        if master_provided[cell["id"]] != cell["source"]:
+            raise ValueError(f"provided cell {cell['id']!r} holds a solution block; the grader runs the master's "
+                             "copy, which check.py cannot ship")
+    questions = []
+    for cell in student.cells:
+        parsed = cells.parse_written_answer(cell) if cells.QUESTION in cells.tags(cell) else None
+        if parsed is not None and cells.question_id(cell):
+            questions.append({"id": cells.question_id(cell), "question": _fingerprint(parsed.question),
+                              "template_answer": parsed.answer.strip()})
+    limits = assignment.rubric.limits
+    code = [cells.source(c) for c in student.cells if c.cell_type == "code"]
+    return {
+        "assignment": assignment.name,
+        "notebook": assignment.template_path.name,
+        "max_bytes": int(limits.notebook_max_mib * 2**20),
+        "scaffolds": [{"cell_id": s.cell_id, "symbols": list(s.symbols)} for s in cells.scaffolds(student)],
+        "provided": provided,
+        "cell_order": [c.id for c in student.cells],
+        "questions": questions,
+        "public_tests": _public_tests(assignment.template_path.parent / PUBLIC_TESTS, student),
+        "run": {"cell_timeout_s": limits.cell_timeout_s, "notebook_timeout_s": limits.notebook_timeout_s,
+                "env": dict(GRADING_ENV), "needs": sorted({*RUN_MODULES, *_third_party_imports(code, set())})},
+    }
+
+
+def check_script(spec: dict[str, Any]) -> str:
+    """check.py's source: the template with ``spec`` in place of its empty ``SPEC``."""
+    template = CHECK_TEMPLATE.read_text(encoding="utf-8")
+    if template.count(SPEC_LINE) != 1:
+        raise ValueError(f"{CHECK_TEMPLATE} must hold the line {SPEC_LINE!r} exactly once")
+    data = pprint.pformat(spec, width=110, sort_dicts=False)
+    return template.replace(SPEC_LINE, f"SPEC: Dict[str, Any] = {data}  # written by `grader assign`\n")
+
+
+def write_student_files(master_path: Path, target: Path) -> list[Path]:
+    """Write the student notebook of ``master_path`` to ``target`` and its check.py beside it.
+
+    The rubric and the public tests are the project's, found from the master's place in it
+    (``solutions/<name>/<name>.ipynb``), wherever ``target`` is."""
+    master_path = master_path.resolve()
+    assignment = Assignment(master_path.stem, master_path.parents[2])
+    if assignment.master_path != master_path or not assignment.rubric_path.is_file():
+        raise ValueError(f"{master_path}: check.py needs the rubric, {assignment.rubric_path}, beside a master "
+                         "notebook at solutions/<name>/<name>.ipynb")
+    student = student_notebook(assignment.master)
+    script = check_script(check_spec(assignment, student))
     target.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(student_notebook(master), str(target))
-    return target
+    nbformat.write(student, str(target))
+    check = target.parent / CHECK_SCRIPT
+    check.write_text(script, encoding="utf-8")
+    return [target, check]

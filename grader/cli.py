@@ -44,8 +44,12 @@ def _cmd_assign(args: argparse.Namespace) -> int:
     if not master.is_file():
         raise CommandError(f"{master}: no such notebook")
     target = Path(args.out) if args.out else assign.student_path(master.resolve(), Path.cwd())
-    assign.write_student_notebook(master, target)
-    print(f"wrote {target}")
+    try:
+        written = assign.write_student_files(master, target)
+    except (ValueError, RubricError) as exc:
+        raise CommandError(str(exc)) from exc
+    for path in written:
+        print(f"wrote {path}")
     return 0
 
 
@@ -198,14 +202,15 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-CHECK_SCRIPT = "check.py"
+CHECK_SCRIPT = assign.CHECK_SCRIPT
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
     """Run the assignment's own check.py, the script students run, so that a TA sees exactly what
-    the student sees; it runs only the public tests, never a hidden check. The public tests run
-    the notebook's code, so check.py runs in the grading sandbox, on copies of the assignment
-    folder and of the notebook in its scratch: 0 when check.py finds the notebook ready, else 1."""
+    the student sees; it runs only the public tests (and with --run the notebook), never a hidden
+    check. Both run the notebook's code, so check.py runs in the grading sandbox, on copies of the
+    assignment folder and of the notebook in its scratch: 0 when check.py finds the notebook
+    ready, else 1."""
     name = args.assignment or _assignment_with_check()
     assignment = Assignment(name, PROJECT_ROOT)
     folder = assignment.template_path.parent
@@ -239,8 +244,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
         # folder (pytest's confcutdir); bwrap's folders above scratch cannot be listed, so that
         # temporary folder goes in scratch too.
         (scratch / "tmp").mkdir()
-        result = sandbox.run([sys.executable, str(scratch / name / CHECK_SCRIPT), str(copy)], scratch=scratch,
-                             env={"TMPDIR": str(scratch / "tmp")})
+        command = [sys.executable, str(scratch / name / CHECK_SCRIPT), str(copy),
+                   *(["--run"] if args.run_notebook else [])]
+        result = sandbox.run(command, scratch=scratch, env={"TMPDIR": str(scratch / "tmp")})
     sys.stdout.write(result.stdout)
     sys.stderr.write(result.stderr)
     for reason in result.stopped:
@@ -307,9 +313,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grader", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
-    p = commands.add_parser("assign", help="write the student notebook from a master notebook")
+    p = commands.add_parser("assign", help="write the student notebook and its check.py from a master notebook")
     p.add_argument("master", help="solutions/<name>/<name>.ipynb")
-    p.add_argument("--out", help="target path (default assignments/<name>/<name>.ipynb)")
+    p.add_argument("--out", help="the notebook's path (default assignments/<name>/<name>.ipynb); "
+                                 "check.py goes beside it")
     p.set_defaults(run=_cmd_assign)
 
     p = commands.add_parser("grade", help="grade notebooks or folders of submissions")
@@ -365,7 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("check", help="run an assignment's check.py on a notebook, as a student would, "
                                           "in the grading sandbox")
     p.add_argument("notebook", help="the notebook to check")
-    p.add_argument("--assignment", help="default: the only assignment that ships a check.py")
+    p.add_argument("--assignment", help="whose check.py (needed when several assignments ship one)")
+    p.add_argument("--run", action="store_true", dest="run_notebook",
+                   help="check.py --run: also run the notebook as grading does")
     _add_isolation_options(p)
     p.set_defaults(run=_cmd_check)
     return parser

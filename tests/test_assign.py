@@ -1,11 +1,23 @@
-"""grader assign: the committed student notebook is exactly what the master produces."""
+"""grader assign: the committed student notebook and check.py are exactly what the master,
+the rubric and the public tests produce."""
 from __future__ import annotations
+
+import ast
+import copy
+import shutil
+from pathlib import Path
 
 import nbformat
 import pytest
 
-from grader import cells
-from grader.assign import blank_answer, strip_solutions, student_notebook
+from grader import cells, cli
+from grader.assign import (CHECK_SCRIPT, CHECK_TEMPLATE, SPEC_LINE, blank_answer, check_spec, strip_solutions,
+                           student_notebook, write_student_files)
+from grader.assignment import Assignment
+
+from conftest import ROOT
+
+ASSIGNMENTS = sorted(p.stem for p in (ROOT / "rubrics").glob("*.yaml") if not p.stem.endswith("_calibration"))
 
 
 def test_committed_student_notebook_matches_a_fresh_assign(assignment):
@@ -60,3 +72,80 @@ def test_markdown_question_answer_cells_are_read():
     cell = nbformat.v4.new_markdown_cell("Question: What is S?\n\nAnswer: The state matrix.")
     parsed = cells.parse_written_answer(cell)
     assert parsed.question == "What is S?" and parsed.answer == "The state matrix."
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_committed_check_py_matches_a_fresh_assign(tmp_path, name, capsys):
+    """`grader assign` regenerates both files elsewhere; the committed ones must be the same bytes."""
+    assignment = Assignment(name)
+    target = tmp_path / name / f"{name}.ipynb"
+    assert cli.main(["assign", str(assignment.master_path), "--out", str(target)]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"wrote {target}", f"wrote {target.parent / CHECK_SCRIPT}"]
+    committed = assignment.template_path.parent / CHECK_SCRIPT
+    assert (target.parent / CHECK_SCRIPT).read_text() == committed.read_text(), (
+        f"{committed} is out of date: run `grader assign {assignment.master_path.relative_to(ROOT)}`")
+    assert target.read_bytes() == assignment.template_path.read_bytes()
+
+
+def test_check_py_carries_the_assignments_data(tmp_path):
+    """What the generator embeds comes from the notebooks, rubric and public tests, never from a
+    hand-kept table: a provided cell changed in the master shows in check.py's SPEC."""
+    assignment = Assignment("linear_attention")
+    spec = check_spec(assignment, student_notebook(assignment.master))
+    assert spec["max_bytes"] == int(assignment.rubric.limits.notebook_max_mib * 2**20)
+    assert spec["run"]["cell_timeout_s"] == assignment.rubric.limits.cell_timeout_s
+    assert spec["run"]["env"]["G2C_GRADING"] == "1"
+    assert [p["id"] for p in spec["provided"]] == [c.id for c in assignment.template.cells
+                                                   if cells.PROVIDED in cells.tags(c)]
+    assert [q["id"] for q in spec["questions"]] == [q.id for q in assignment.rubric.questions]
+    assert spec["public_tests"] == {"folder": "tests", "env": "LA_NOTEBOOK", "needs": ["pytest", "torch"]}
+    assert {"nbclient", "ipykernel", "torch"} <= set(spec["run"]["needs"])
+    hyena = Assignment("linear_attention_hyena")
+    assert check_spec(hyena, student_notebook(hyena.master))["public_tests"] is None
+    # Re-runnable: a new provided cell in a copy of the project appears in its check.py.
+    root = tmp_path / "project"
+    for folder in ("solutions/linear_attention", "rubrics", "assignments/linear_attention/tests"):
+        shutil.copytree(ROOT / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    master = nbformat.read(str(root / "solutions/linear_attention/linear_attention.ipynb"), as_version=4)
+    master.cells.append(nbformat.v4.new_code_cell("# Provided: show the answers\nimport json\n",
+                                                  metadata={"tags": ["provided"]}, id="show-answers"))
+    nbformat.write(master, str(root / "solutions/linear_attention/linear_attention.ipynb"))
+    notebook, script = write_student_files(root / "solutions/linear_attention/linear_attention.ipynb",
+                                           root / "assignments/linear_attention/linear_attention.ipynb")
+    assert script == root / "assignments/linear_attention" / CHECK_SCRIPT
+    module = ast.parse(script.read_text())
+    spec = next(ast.literal_eval(n.value) for n in module.body if isinstance(n, ast.AnnAssign)
+                and getattr(n.target, "id", None) == "SPEC")
+    assert spec["provided"][-1] == {"id": "show-answers", "source": "# Provided: show the answers\nimport json\n"}
+    assert spec["cell_order"][-1] == "show-answers"
+
+
+def test_a_provided_cell_with_a_solution_block_is_refused():
+    """check.py runs the provided cells, so a solution inside one would ship to students."""
+    assignment = Assignment("linear_attention_hyena")
+    master = copy.deepcopy(assignment.master)
+    provided = next(c for c in master.cells if cells.PROVIDED in cells.tags(c))
+    provided.source += "\n### BEGIN SOLUTION\nSECRET = 1\n### END SOLUTION\n"
+    with pytest.raises(ValueError, match=f"provided cell {provided.id!r} holds a solution block"):
+        check_spec(_with_master(assignment, master), student_notebook(master))
+
+
+def _with_master(assignment: Assignment, master: nbformat.NotebookNode) -> Assignment:
+    """``assignment`` whose master notebook is ``master`` (cached_property is a plain attribute)."""
+    clone = Assignment(assignment.name, assignment.root)
+    clone.__dict__["master"] = master
+    return clone
+
+
+def test_the_template_has_one_spec_line_and_names_no_assignment():
+    text = CHECK_TEMPLATE.read_text()
+    assert text.count(SPEC_LINE) == 1
+    assert all(name not in text for name in ASSIGNMENTS)
+
+
+def test_assign_refuses_a_master_outside_the_project_layout(tmp_path, capsys):
+    master = tmp_path / "lone.ipynb"
+    shutil.copy(Assignment("linear_attention").master_path, master)
+    assert cli.main(["assign", str(master), "--out", str(tmp_path / "out" / "lone.ipynb")]) == 2
+    assert "check.py needs the rubric" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -1,11 +1,13 @@
-"""assignments/linear_attention/check.py, the pre-submission check students run themselves.
+"""assignments/<name>/check.py, the pre-submission check students run themselves.
 
 check.py ships without the grader, so it carries its own small copy of the loader's rules and
-fingerprints of the shipped provided cells and questions. These tests keep the two from
-drifting: the fingerprints must match the notebooks, and on a set of good and broken notebooks
-check.py must reach the grader's own verdicts (load.py, execute.py's provided-cell replacement,
-score.py's blank answers). The end-to-end runs start together, each in a fresh interpreter, and
-cost a few seconds in all.
+``grader assign`` embeds the assignment's data in it (its SPEC: scaffolds, provided cells,
+question fingerprints, limits). These tests keep the two from drifting: on a set of good and
+broken notebooks of each assignment, check.py must reach the grader's own verdicts (load.py,
+execute.py's provided-cell replacement, score.py's blank answers); it must name each missing
+module in one line; and ``--run`` must report the cells that raise as grading runs them. The
+end-to-end runs start together, each in a fresh interpreter, and cost a few seconds in all.
+(tests/test_assign.py fails when a committed check.py is not what ``grader assign`` writes.)
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import nbformat
 import pytest
 
 from grader import cells, cli, sandbox
+from grader.assignment import Assignment
 from grader.execute import prepare_notebook
 from grader.load import load_submission
 from grader.score import score_items
@@ -37,24 +40,28 @@ ASSIGNMENT = ROOT / "assignments" / "linear_attention"
 CHECK = ASSIGNMENT / "check.py"
 REFERENCE = ROOT / "examples" / "submissions" / "linear_attention" / "reference.ipynb"
 UNTOUCHED = ROOT / "examples" / "submissions" / "linear_attention" / "untouched.ipynb"
+HYENA = "linear_attention_hyena"
+HYENA_REFERENCE = ROOT / "examples" / "submissions" / HYENA / "reference.ipynb"
 HIDDEN = (ROOT / "grader", ROOT / "rubrics", ROOT / "solutions")   # nothing check.py may open
 TIMEOUT = 240
 
 
-def _load_check() -> ModuleType:
-    """check.py as a module (it is a script, not in a package); registered so dataclasses work."""
-    spec = importlib.util.spec_from_file_location("la_check", CHECK)
+def load_check(name: str) -> ModuleType:
+    """An assignment's check.py as a module (it is a script, not in a package); registered so
+    dataclasses work."""
+    spec = importlib.util.spec_from_file_location(f"check_{name}", ROOT / "assignments" / name / "check.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 
 
-check = _load_check()
+check = load_check("linear_attention")
+CHECKS = {"linear_attention": check, HYENA: load_check(HYENA)}
 
 
-def reference_json() -> dict:
-    return json.loads(REFERENCE.read_text(encoding="utf-8"))
+def reference_json(path: Path = REFERENCE) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def edit_cell(data: dict, cell_id: str, change) -> dict:
@@ -116,9 +123,25 @@ def _markdown_answer(data: dict) -> dict:
     return data
 
 
-def edited(edit):
-    """A case made by editing the reference notebook's JSON."""
-    return lambda: json.dumps(edit(reference_json())).encode()
+def _second_answer_cell(data: dict) -> dict:
+    """A copy of the first question cell at the end, under a new id: the first cell stays graded."""
+    question = next(c for c in data["cells"] if cells.QUESTION in cells.tags(c))
+    data["cells"].append({**copy.deepcopy(question), "id": "my-answer"})
+    return data
+
+
+def _rename_owner(old: str, new: str):
+    def rename(data: dict) -> dict:
+        for cell in data["cells"]:
+            if cell["cell_type"] == "code":
+                cell["source"] = re.sub(rf"\b{old}\b", new, cells.source(cell))
+        return data
+    return rename
+
+
+def edited(edit, path: Path = REFERENCE):
+    """A case made by editing a reference notebook's JSON."""
+    return lambda: json.dumps(edit(reference_json(path))).encode()
 
 
 # name -> the notebook's bytes, for the grader and check.py alike
@@ -145,14 +168,30 @@ CASES = {
     "answers_without_metadata": edited(_strip_g2c),
     "deleted_answer": edited(_delete("ex4-question")),
     "markdown_answer": edited(_markdown_answer),
+    "second_answer_cell": edited(_second_answer_cell),
 }
+# The other assignment: five scaffold cells of plain functions, provided demo cells, no public tests.
+HYENA_CASES = {
+    "reference": HYENA_REFERENCE.read_bytes,
+    "untouched": (ROOT / "examples" / "submissions" / HYENA / "untouched.ipynb").read_bytes,
+    "partly_wrong": (ROOT / "examples" / "submissions" / HYENA / "partly_wrong.ipynb").read_bytes,
+    "edited_provided": edited(with_edited_provided, HYENA_REFERENCE),
+    "deleted_demo": edited(_delete("demo-gating"), HYENA_REFERENCE),
+    "missing_scaffolds": edited(without_scaffold, HYENA_REFERENCE),
+    "renamed_function": edited(_rename_owner("gla_recurrent", "gla_rec"), HYENA_REFERENCE),
+    "one_scaffold_twice": edited(_second_scaffold, HYENA_REFERENCE),
+    "deleted_answer": edited(_delete("ex11-3-question"), HYENA_REFERENCE),
+    "second_answer_cell": edited(_second_answer_cell, HYENA_REFERENCE),
+    "answers_without_metadata": edited(_strip_g2c, HYENA_REFERENCE),
+}
+ALL_CASES = [("linear_attention", name) for name in sorted(CASES)] + [(HYENA, name) for name in sorted(HYENA_CASES)]
 
 
 def grader_view(path: Path, assignment, max_bytes: int) -> dict:
     """What the grader decides about the notebook, in the terms check.py reports."""
     sub = load_submission(path, "case", assignment.template, max_bytes)
     view = {"fatal": sub.fatal, "notes": sub.notes, "scaffold_problem": sub.scaffold_problem,
-            "scaffold": next(iter(sub.scaffold_sources.values()), None)}
+            "scaffolds": sub.scaffold_sources}
     if sub.notebook is None:
         return view
     replaced: list[str] = []
@@ -167,11 +206,11 @@ def grader_view(path: Path, assignment, max_bytes: int) -> dict:
     return view
 
 
-def check_view(path: Path, max_bytes: int) -> dict:
-    findings = check.inspect_notebook(path, max_bytes)
+def check_view(path: Path, max_bytes: int, module: ModuleType = check) -> dict:
+    findings = module.inspect_notebook(path, max_bytes)
     view = {"fatal": findings.fatal, "notes": findings.notes, "scaffold_problem": findings.scaffold_problem,
-            "scaffold": (check._source(findings.cells[findings.scaffold_cell])
-                         if findings.scaffold_cell is not None else None)}
+            "scaffolds": {cell_id: module._source(findings.cells[index])
+                          for cell_id, index in findings.scaffold_cells.items()}}
     if findings.fatal is None:
         view.update(edited=findings.edited_provided, missing=findings.missing_provided,
                     answered=sorted(findings.answered), blank=sorted(findings.blank),
@@ -179,12 +218,17 @@ def check_view(path: Path, max_bytes: int) -> dict:
     return view
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_check_agrees_with_the_grader(tmp_path, assignment, name):
-    path = tmp_path / f"{name}.ipynb"
-    path.write_bytes(CASES[name]())
-    limit = check.NOTEBOOK_MAX_BYTES
-    assert check_view(path, limit) == grader_view(path, assignment, limit)
+def _case_bytes(name: str, case: str) -> bytes:
+    return (CASES if name == "linear_attention" else HYENA_CASES)[case]()
+
+
+@pytest.mark.parametrize("name, case", ALL_CASES)
+def test_check_agrees_with_the_grader(tmp_path, name, case):
+    path = tmp_path / f"{case}.ipynb"
+    path.write_bytes(_case_bytes(name, case))
+    module = CHECKS[name]
+    limit = module.NOTEBOOK_MAX_BYTES
+    assert check_view(path, limit, module) == grader_view(path, Assignment(name), limit)
 
 
 def test_check_agrees_on_the_size_limit(tmp_path, assignment):
@@ -195,50 +239,22 @@ def test_check_agrees_on_the_size_limit(tmp_path, assignment):
     assert "MiB limit" in view["fatal"] and view == grader_view(path, assignment, limit)
 
 
-def test_case_set_covers_every_verdict(tmp_path, assignment):
-    """The agreement cases above exercise each kind of finding at least once."""
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_case_set_covers_every_verdict(tmp_path, name):
+    """The agreement cases above exercise each kind of finding at least once, per assignment."""
     seen: dict[str, set] = {}
-    for name, build in CASES.items():
-        path = tmp_path / f"{name}.ipynb"
-        path.write_bytes(build())
-        for key, value in check_view(path, check.NOTEBOOK_MAX_BYTES).items():
+    for case in (CASES if name == "linear_attention" else HYENA_CASES):
+        path = tmp_path / f"{case}.ipynb"
+        path.write_bytes(_case_bytes(name, case))
+        for key, value in check_view(path, CHECKS[name].NOTEBOOK_MAX_BYTES, CHECKS[name]).items():
             if value:
-                seen.setdefault(key, set()).add(name)
-    assert set(seen) == {"fatal", "notes", "scaffold_problem", "scaffold", "edited", "missing", "answered",
-                         "blank", "missing_answers"}
-    assert "edited_provided" in seen["edited"] and "provided_as_one_string" not in seen["edited"]
-
-
-def _table(mapping: dict[str, str]) -> str:
-    return "{\n" + "".join(f'    "{key}": "{value}",\n' for key, value in mapping.items()) + "}"
-
-
-def test_fingerprints_match_the_shipped_notebook(assignment):
-    """check.py fingerprints the notebook as shipped, since students check the copy they edited."""
-    for notebook in (assignment.master, assignment.template):
-        provided = {c.id: check.fingerprint(cells.source(c)) for c in notebook.cells
-                    if cells.PROVIDED in cells.tags(c)}
-        assert provided == check.PROVIDED, f"check.py's PROVIDED is stale; make it:\n{_table(provided)}"
-    questions = {cells.question_id(c): check.fingerprint(cells.parse_written_answer(c).question)
-                 for c in assignment.template.cells if cells.QUESTION in cells.tags(c)}
-    assert list(questions.items()) == list(check.QUESTIONS.items()), \
-        f"check.py's QUESTIONS is stale; make it:\n{_table(questions)}"
-    assert set(check.QUESTIONS) == {q.id for q in assignment.rubric.questions}
-    # check.py counts an answer as unchanged exactly when it is blank: true while the template's are.
-    assert all(cells.parse_written_answer(c).is_blank for c in assignment.template.cells
-               if cells.QUESTION in cells.tags(c))
-
-
-def test_constants_match_the_grader(assignment):
-    (scaffold,) = cells.scaffolds(assignment.template)   # what the grader looks for
-    assert (check.SCAFFOLD_CLASS,) == scaffold.owners
-    assert check.SCAFFOLD_METHODS == tuple(s.split(".")[1] for s in scaffold.symbols)
-    assert check.NOTEBOOK_MAX_BYTES == int(assignment.rubric.limits.notebook_max_mib * 2**20)
-    scaffold = next(c for c in assignment.template.cells if cells.SCAFFOLD in cells.tags(c))
-    todo = [node.name for cls in ast.parse(cells.source(scaffold)).body if isinstance(cls, ast.ClassDef)
-            for node in cls.body if isinstance(node, ast.FunctionDef)
-            and "raise NotImplementedError" in ast.get_source_segment(cells.source(scaffold), node)]
-    assert tuple(todo) == check.SCAFFOLD_METHODS
+                seen.setdefault(key, set()).add(case)
+    expected = {"notes", "scaffold_problem", "scaffolds", "edited", "missing", "answered", "blank", "missing_answers"}
+    assert set(seen) == expected | ({"fatal"} if name == "linear_attention" else set())
+    assert "edited_provided" in seen["edited"]
+    assert "second_answer_cell" in seen["notes"]
+    if name == "linear_attention":
+        assert "provided_as_one_string" not in seen["edited"]
 
 
 def test_written_answers_are_read_as_the_grader_reads_them(assignment):
@@ -246,6 +262,126 @@ def test_written_answers_are_read_as_the_grader_reads_them(assignment):
         for cell in notebook.cells:
             parsed = cells.parse_written_answer(cell)
             assert check.parse_written_answer(cell) == ((parsed.question, parsed.answer) if parsed else None)
+
+
+def test_todos_are_listed_per_scaffold_symbol_and_exercise_cell(tmp_path):
+    """A scaffold function still raising its TODO, a method missing, an exercise cell with a TODO:
+    each named, and the notebook is not ready however the public tests went."""
+    hyena = CHECKS[HYENA]
+    data = edit_cell(reference_json(HYENA_REFERENCE), "decay-masks",
+                     lambda s: s + "\n\ndef gla_decay_mask(log_gates):\n    raise NotImplementedError('TODO')\n")
+    data["cells"].append({"cell_type": "code", "id": "mine", "metadata": {}, "outputs": [], "execution_count": None,
+                          "source": "# my exercise\nraise NotImplementedError"})
+    path = tmp_path / "todo.ipynb"
+    path.write_text(json.dumps(data))
+    findings = hyena.inspect_notebook(path)
+    scaffold_lines, exercise_lines = hyena.todos(findings)
+    assert scaffold_lines == ["still TODO (raises NotImplementedError) in cell 12: gla_decay_mask"]
+    code_cells = sum(c["cell_type"] == "code" for c in data["cells"])
+    assert exercise_lines == [f"code cell {code_cells} (`# my exercise`)"]
+    ready, line = hyena.verdict(findings, None, None)
+    assert not ready and line == "NOT READY: TODOs are left that raise NotImplementedError (see above)."
+    data = edit_cell(reference_json(), "linear-attention", lambda s: s.replace("def step(", "def stepp("))
+    path.write_text(json.dumps(data))
+    assert check.todos(check.inspect_notebook(path))[0] == ["not defined in cell 6: LinearAttention.step"]
+
+
+@pytest.mark.parametrize("name, modules", [("linear_attention", {"torch"}), ("linear_attention_hyena", set()),
+                                           ("linear_attention", {"pytest", "torch"})])
+def test_a_missing_module_is_named_in_one_line(monkeypatch, capsys, name, modules):
+    """Without torch (or pytest) the public tests are not started: one line names each missing
+    module and the notebook is not ready; the loading checks still run on the standard library."""
+    module = CHECKS[name]
+    monkeypatch.setattr(module, "installed", lambda m: m not in modules | {"nbclient", "ipykernel"})
+    path = REFERENCE if name == "linear_attention" else HYENA_REFERENCE
+    assert module.main([str(path), *(["--run"] if not modules else [])]) == 1
+    out = capsys.readouterr().out
+    missing = [line.strip() for line in out.splitlines() if "MISSING" in line]
+    if modules:
+        assert missing == [f"MISSING: {m} is not installed in this Python ({sys.executable}); the public tests "
+                           f"need it: pip install {m}" for m in sorted(modules)], out
+        assert out.rstrip().endswith("NOT READY: the public tests could not run (see above)."), out
+        assert "Written answers: 10 of 10 answered" in out
+    else:
+        assert missing == [f"MISSING: {m} is not installed in this Python ({sys.executable}); --run and your "
+                           f"notebook need it: pip install {m}" for m in ("ipykernel", "nbclient")], out
+        assert "this assignment has no public tests" in out
+        assert out.rstrip().endswith("NOT READY: the notebook could not be run (see above)."), out
+
+
+def _code(cell_id: str, source: str) -> dict:
+    return {"cell_type": "code", "id": cell_id, "metadata": {}, "outputs": [], "execution_count": None,
+            "source": source.splitlines(keepends=True)}
+
+
+def test_run_reports_the_cells_that_raise_as_grading_runs_them(tmp_path, capsys):
+    """One real --run (the fast assignment, in process; nbclient starts the kernel): the grader's
+    copy of an edited provided cell runs and a deleted one is put back, the kernel sees
+    G2C_GRADING=1 and a fresh working folder, and a cell that raises is named by its place among
+    the code cells, its first line and its execution count; the cells after it still run."""
+    hyena = load_check(HYENA)
+    data = edit_cell(reference_json(HYENA_REFERENCE), "setup", lambda s: "raise RuntimeError('edited')\n" + s)
+    data = _delete("demo-gating")(data)
+    (tmp_path / "stories.txt").write_text("next to the notebook")
+    at = next(i for i, c in enumerate(data["cells"]) if c.get("id") == "ex11-1-question")
+    data["cells"][at:at] = [
+        _code("env", "import os\nassert os.environ.get('G2C_GRADING') == '1', os.environ.get('G2C_GRADING')\n"
+                     "assert not os.path.exists('stories.txt'), os.getcwd()"),
+        _code("bill", "# Exercise 5: the memory bill\nBILL = 1 / 0"),
+    ]
+    path = tmp_path / "run.ipynb"
+    path.write_text(json.dumps(data))
+    assert hyena.main([str(path), "--run"]) == 1
+    out = capsys.readouterr().out
+    section = out[out.index("Running the notebook as the grader will"):]
+    code_cells = [c for c in data["cells"] if c["cell_type"] == "code"]
+    bill = 1 + next(i for i, c in enumerate(code_cells) if c["id"] == "bill")
+    # the demo cell is put back after it, so every code cell before it ran once: In [n] is n
+    assert f"RAISES code cell {bill} (`# Exercise 5: the memory bill`), In [{bill}]\n" \
+           "      ZeroDivisionError: division by zero" in section, section
+    assert "RuntimeError" not in section and "`import os`" not in section, section
+    assert f"{len(code_cells) + 1} code cells" in section and "1 raised or timed out, 0 did not run" in section
+    assert out.rstrip().endswith(f"NOT READY: 1 of {len(code_cells) + 1} code cells raise, time out or do not "
+                                 "run when the grader runs the notebook (see above)."), out
+    assert os.environ.get("G2C_GRADING") is None   # the kernel's environment, not the check's
+
+
+def test_run_stops_after_a_second_time_out_in_a_row(tmp_path, capsys, monkeypatch):
+    """As the grader's driver: a cell over the per-cell limit is interrupted and reported, and a
+    second one in a row means the kernel is hung, so the cells after it do not run."""
+    hyena = load_check(HYENA)
+    monkeypatch.setitem(hyena.SPEC["run"], "cell_timeout_s", 3)
+    monkeypatch.setattr(hyena, "PROVIDED", {})   # a notebook of its own: no provided cell to put back
+    notebook = {"cells": [_code("a", "x = 1"), _code("b", "import time\ntime.sleep(60)"),
+                          _code("c", "time.sleep(60)"), _code("d", "y = 2")],
+                "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "slow.ipynb"
+    path.write_text(json.dumps(notebook))
+    run = hyena.run_notebook(hyena.inspect_notebook(path))
+    assert [(c.label, c.status, c.execution_count) for c in run.cells] == [
+        ("code cell 2 (`import time`)", "timeout", 2), ("code cell 3 (`time.sleep(60)`)", "timeout", 3),
+        ("code cell 4 (`y = 2`)", "not_run", None)]
+    assert run.kernel == "hung" and "3 s cell limit" in run.cells[0].error
+    hyena.report_graded(hyena.inspect_notebook(path), run)
+    assert ("NOT RUN: code cell 4 (`y = 2`), because the kernel hung"
+            in capsys.readouterr().out)
+
+
+def test_prepare_cells_puts_provided_cells_back_where_grading_does(tmp_path):
+    """The cells --run executes are those grading executes: execute.prepare_notebook's order,
+    sources and cell types, for a deleted, an edited and a moved provided cell."""
+    data = _delete("ex2-data-helpers")(with_edited_provided(reference_json()))
+    moved = next(c for c in data["cells"] if c.get("id") == "ex1-helpers")
+    data["cells"].remove(moved)
+    data["cells"].append(moved)
+    path = tmp_path / "moved.ipynb"
+    path.write_text(json.dumps(data))
+    findings = check.inspect_notebook(path)
+    ours = [(c.get("id"), c["cell_type"], c["source"]) for c, _ in check.prepare_cells(findings)]
+    graders = prepare_notebook(nbformat.reads(path.read_text(), 4), Assignment("linear_attention").master, [])
+    assert ours == [(c.get("id"), c.cell_type, cells.source(c)) for c in graders.cells]
+    origins = [index for _, index in check.prepare_cells(findings)]
+    assert origins.count(None) == 1 and origins[[c[0] for c in ours].index("ex2-data-helpers")] is None
 
 
 # --- end to end: check.py and `grader check` as subprocesses -----------------------------------
@@ -361,8 +497,14 @@ def runs(tmp_path_factory, ta) -> dict[str, Run]:
         "standalone": (python + [str(shipped / "linear_attention" / "check.py"), "../submission.ipynb"],
                        shipped / "linear_attention", "grader,nbformat", {}),
         "standalone_import": (python + ["-c", "import grader"], shipped, "grader,nbformat", {}),
-        "grader_check": (python + ["-m", "grader.cli", "check", str(REFERENCE)], ROOT, None, {}),
-        "grader_check_hostile": (python + ["-m", "grader.cli", "check", str(hostile)], ta["cwd"], None, ta_env),
+        "no_torch": (python + [str(shipped / "linear_attention" / "check.py"), "../submission.ipynb"],
+                     shipped / "linear_attention", "grader,nbformat,torch", {}),
+        "grader_check": (python + ["-m", "grader.cli", "check", str(REFERENCE), "--assignment", "linear_attention"],
+                         ROOT, None, {}),
+        "grader_check_hostile": (python + ["-m", "grader.cli", "check", str(hostile), "--assignment",
+                                           "linear_attention"], ta["cwd"], None, ta_env),
+        "grader_check_run": (python + ["-m", "grader.cli", "check", str(HYENA_REFERENCE), "--assignment", HYENA,
+                                       "--run"], ROOT, None, {}),
     }
     started = {}
     for name, (command, cwd, blocked, extra_env) in plans.items():
@@ -400,7 +542,9 @@ def test_untouched_template_lists_failing_tests_and_blank_answers(runs):
     assert "NotImplementedError: TODO" in run.output, run.context()
     blank = next(line for line in run.output.splitlines() if "blank, so not submitted" in line)
     assert all(qid in blank for qid in check.QUESTIONS), run.context()
-    assert "still TODO (raises NotImplementedError): forward, step" in run.output, run.context()
+    assert ("still TODO (raises NotImplementedError) in cell 6: LinearAttention.forward, LinearAttention.step"
+            in run.output), run.context()
+    assert "Running the notebook: not asked; `python check.py --run` runs it" in run.output, run.context()
     assert "NOT READY: 7 of 15 public tests fail." in run.output, run.context()
 
 
@@ -422,9 +566,9 @@ def test_edited_provided_cell_is_warned_about(runs):
 def test_missing_scaffold_gives_the_reason(runs):
     run = runs["no_scaffold"]
     assert run.returncode == 1, run.context()
-    assert ("the grader cannot test your LinearAttention: no cell defines `class LinearAttention`"
+    assert ("the grader cannot test your code: no cell defines `class LinearAttention`"
             in run.output), run.context()
-    assert "NOT READY: the grader cannot find your LinearAttention" in run.output, run.context()
+    assert "NOT READY: the grader cannot find your code" in run.output, run.context()
 
 
 def test_grader_check_prints_what_check_py_prints(runs):
@@ -462,10 +606,10 @@ def test_grader_check_refuses_without_a_sandbox(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sandbox, "check_unprivileged_user", lambda paths: "not root here")
     broken = tmp_path / "broken.ipynb"
     broken.write_bytes(CASES["broken_json"]())
-    assert cli.main(["check", str(broken)]) == 2
+    assert cli.main(["check", str(broken), "--assignment", "linear_attention"]) == 2
     err = capsys.readouterr().err
     assert "grader: the sandbox cannot run here: no namespaces here" in err and "--allow-unsandboxed" in err
-    assert cli.main(["check", str(broken), "--allow-unsandboxed"]) == 1
+    assert cli.main(["check", str(broken), "--assignment", "linear_attention", "--allow-unsandboxed"]) == 1
     out, err = capsys.readouterr()
     assert "WARNING: graded WITHOUT isolation" in err
     assert "the grader cannot grade this notebook: the file is not valid JSON" in out
@@ -481,11 +625,32 @@ def test_check_ships_standalone(runs):
     assert "nbformat is not installed here, so the schema was not checked" in run.output, run.context()
 
 
+def test_check_without_torch_says_so_in_one_line(runs):
+    """Where torch cannot be imported, one line says so (not a pytest collection failure), and
+    the loading checks still run."""
+    run = runs["no_torch"]
+    assert run.returncode == 1, run.context()
+    assert [line.strip() for line in run.output.splitlines() if "torch" in line and "MISSING" in line] == [
+        f"MISSING: torch is not installed in this Python ({sys.executable}); the public tests need it: "
+        "pip install torch"], run.context()
+    assert "collection" not in run.output and "Written answers: 10 of 10 answered" in run.output, run.context()
+    assert run.output.rstrip().endswith("NOT READY: the public tests could not run (see above)."), run.context()
+
+
+def test_grader_check_runs_the_notebook_in_the_sandbox_with_run(runs):
+    """`grader check --run`: check.py runs the notebook inside the sandbox, kernel and all."""
+    run = runs["grader_check_run"]
+    assert run.returncode == 0, run.context()
+    assert "Running the notebook as the grader will (G2C_GRADING=1, 60 s per cell)" in run.output, run.context()
+    assert re.search(r"19 code cells, [0-9.]+ s: every cell ran", run.output), run.context()
+    assert "this assignment has no public tests" in run.output, run.context()
+
+
 def test_check_never_touches_hidden_material(runs):
     """No run of check.py (or of the public tests it starts) imports the grader or opens a file
     under grader/, rubrics/ or solutions/, and no line of the hidden checks shows in its output."""
     for name, run in runs.items():
-        if name not in ("grader_check", "standalone_import"):
+        if name not in ("grader_check", "grader_check_run", "standalone_import"):
             assert run.audit == "", f"{name}: {run.audit}"
     hidden_lines = {line.strip() for path in (ROOT / "grader" / "checks").rglob("*.py")
                     for line in path.read_text(encoding="utf-8").splitlines() if len(line.strip()) >= 30}
