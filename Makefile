@@ -62,8 +62,9 @@ endif
 validate: $(STAMP)
 	$(BIN)/grader validate --assignment $(ASSIGNMENT)
 
+# Every assignment's student notebook and check.py, from its master (cheap, so all of them).
 assign: $(STAMP)
-	$(BIN)/grader assign solutions/$(ASSIGNMENT)/$(ASSIGNMENT).ipynb
+	set -e; for name in $(ASSIGNMENTS); do $(BIN)/grader assign solutions/$$name/$$name.ipynb; done
 
 # Re-render after TA overrides: each out/<assignment>/ that `make grade` wrote, or OUT itself.
 report: $(STAMP)

@@ -35,6 +35,7 @@ from grader.load import load_submission
 from grader.report.changes import CHANGES_FILE
 from grader.report.export import export_canvas
 from grader.report.overrides import APPLIED_FILE, OVERRIDES_FILE, OverrideError, read_overrides
+from grader.report.executed import EXECUTED_PAGE
 from grader.report.pages import RELEASE_FILE, REPORT_PAGE, REVIEW_PAGE, SUMMARY_PAGE
 from grader.report.results import GRADEBOOK_FILE, read_results
 from grader.report.terminal import plain
@@ -430,7 +431,8 @@ def test_no_student_string_reaches_the_terminal_as_control_or_markup(hostile):
 
 def test_no_page_runs_script(hostile):
     out = hostile[1]
-    pages = [out / SUMMARY_PAGE, *sorted(out.glob(f"*/{REPORT_PAGE}")), *sorted(out.glob(f"*/{REVIEW_PAGE}"))]
+    pages = [out / SUMMARY_PAGE, *sorted(out.glob(f"*/{REPORT_PAGE}")), *sorted(out.glob(f"*/{REVIEW_PAGE}")),
+             *sorted(out.glob(f"*/{EXECUTED_PAGE}"))]
     dialogs: list[str] = []
     with sync_playwright() as driver:
         browser = driver.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS)
@@ -446,9 +448,10 @@ def test_no_page_runs_script(hostile):
                 assert bad == [], (path, bad)
                 for link in page.locator("a[href]").all():
                     href = link.get_attribute("href")
-                    assert href.startswith("#") or re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*/review\.html(#[\w-]+)?",
-                                                                href), (path, href)
-                if path.name != SUMMARY_PAGE:   # every item once: hostile names hide none of them
+                    # in-page anchors, a submission's review page (from the summary), its executed page
+                    assert href.startswith("#") or href == EXECUTED_PAGE and path.name == REVIEW_PAGE or re.fullmatch(
+                        r"[A-Za-z0-9][A-Za-z0-9._-]*/review\.html(#[\w-]+)?", href), (path, href)
+                if path.name in (REPORT_PAGE, REVIEW_PAGE):   # every item once: hostile names hide none of them
                     tests = json.loads((path.parent / "results.json").read_text())["tests"]
                     assert_items_shown_once(page, path, [t["extra_data"]["id"] for t in tests
                                                          if path.name == REVIEW_PAGE or t["visibility"] == "visible"])
