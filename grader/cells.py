@@ -15,6 +15,11 @@ A master notebook labels each code cell with ``metadata.tags``:
                 (its results feed the answer variables). The notebook run executes the
                 grader's copy; the module the probe imports leaves it out.
 ``question``    a written Question/Answer cell; ``metadata.g2c.question`` is its rubric id.
+``report``      with ``provided`` and ``demo``: displays the answer variables as JSON
+                (``application/json``: ``{"grading_mode": bool, "variables": {name: value}}``).
+                The output stored in a submitted notebook is the student's report of the run
+                their written answers discuss (see ``read_report``); the grader's own run of
+                the cell is not.
 ``instructor``  present in the master only; ``grader assign`` removes it.
 
 Inside code cells, lines between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` are the
@@ -23,6 +28,8 @@ reference answer; ``grader assign`` replaces them by a ``NotImplementedError`` T
 from __future__ import annotations
 
 import ast
+import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +39,8 @@ SCAFFOLD = "scaffold"
 DEMO = "demo"
 QUESTION = "question"
 INSTRUCTOR = "instructor"
+REPORT = "report"
+REPORT_MIME = "application/json"
 
 BEGIN_SOLUTION = re.compile(r"^(?P<indent>\s*)### BEGIN SOLUTION\b\s*(?P<todo>.*)$")
 END_SOLUTION = re.compile(r"^\s*### END SOLUTION\b")
@@ -172,3 +181,86 @@ def parse_written_answer(cell: Any) -> WrittenAnswer | None:
         return None
     return WrittenAnswer(question.strip()[len(_PREFIX_Q):].strip(),
                          answer.strip()[len(_PREFIX_A):].strip())
+
+
+# A report is student data: only bounded plain JSON is kept (see ``read_report``).
+REPORT_MAX_CHARS = 2**20          # a report stored as JSON text
+REPORT_MAX_VARIABLES = 64
+REPORT_MAX_DEPTH = 8              # levels below each variable
+REPORT_MAX_NODES = 50_000         # values in the whole report
+REPORT_MAX_STRING = 4000          # characters of one string (a generated sample is about 300)
+REPORT_MAX_INT = 2**63
+
+
+@dataclass(frozen=True)
+class Report:
+    """The run a student's written answers discuss, as their notebook's report cell stored it."""
+
+    variables: dict[str, Any]       # answer variable -> its value in that run (plain JSON)
+    grading_mode: bool | None       # whether that run had G2C_GRADING=1 (None: the report does not say)
+
+
+def read_report(cell: Any) -> Report | str:
+    """The report in a report cell's stored outputs, or why there is none. The outputs are the
+    student's to write: the first ``application/json`` output is read (as stored, or as JSON
+    text), and it must be ``{"variables": {name: value}}`` whose values are numbers, strings,
+    booleans, nulls, lists and objects, within the REPORT_MAX_* bounds."""
+    outputs = cell.get("outputs") if isinstance(cell, dict) else None
+    found = next((o["data"][REPORT_MIME] for o in outputs or () if isinstance(o, dict)
+                  and isinstance(o.get("data"), dict) and REPORT_MIME in o["data"]), None)
+    if found is None:
+        return ("the report cell has no stored output (the notebook was saved without running it, "
+                "or with outputs cleared)")
+    if isinstance(found, str):
+        if len(found) > REPORT_MAX_CHARS:
+            return f"the report cell's output is over {REPORT_MAX_CHARS // 1024} KiB"
+        try:
+            found = json.loads(found)
+        except (ValueError, RecursionError, MemoryError) as exc:
+            return f"the report cell's output is not JSON: {parse_failure(exc)}"
+    variables = found.get("variables") if isinstance(found, dict) else None
+    if not isinstance(variables, dict) or len(variables) > REPORT_MAX_VARIABLES:
+        return (f"the report cell's output is not {{\"variables\": {{name: value}}}} with at most "
+                f"{REPORT_MAX_VARIABLES} names")
+    budget = [REPORT_MAX_NODES]
+    for name, value in variables.items():
+        # The reasons never quote the student's names: they reach the grader's own words in a request.
+        problem = None if re.fullmatch(r"[A-Za-z_]\w{0,99}", str(name)) else "is not a variable name"
+        problem = problem or _plain_json(value, REPORT_MAX_DEPTH, budget)
+        if problem:
+            return f"the report cell's output is refused: one of its variables {problem}"
+    mode = found.get("grading_mode")
+    return Report(dict(variables), mode if isinstance(mode, bool) else None)
+
+
+def _plain_json(value: Any, depth: int, budget: list[int]) -> str | None:
+    """Why ``value`` is not bounded plain JSON (None when it is); ``budget`` counts values left.
+    Iterative, so no nesting reaches Python's recursion limit."""
+    stack = [(value, depth)]
+    while stack:
+        value, depth = stack.pop()
+        budget[0] -= 1
+        if budget[0] < 0:
+            return f"makes the report larger than {REPORT_MAX_NODES} values"
+        if depth < 0:
+            return f"is nested deeper than {REPORT_MAX_DEPTH} levels"
+        if value is None or isinstance(value, bool):
+            continue
+        if isinstance(value, int):
+            if abs(value) > REPORT_MAX_INT:
+                return "holds an integer out of range"
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                return "holds a number that is not finite"
+        elif isinstance(value, str):
+            if len(value) > REPORT_MAX_STRING:
+                return f"holds a string over {REPORT_MAX_STRING} characters"
+        elif isinstance(value, (list, dict)):
+            if len(value) > budget[0]:
+                return f"makes the report larger than {REPORT_MAX_NODES} values"
+            if isinstance(value, dict) and any(not isinstance(key, str) or len(key) > 200 for key in value):
+                return "holds a key that is not a short string"
+            stack.extend((item, depth - 1) for item in (value.values() if isinstance(value, dict) else value))
+        else:
+            return f"holds a {type(value).__name__}, which is not JSON"
+    return None

@@ -40,6 +40,11 @@ class Submission:
     answers: dict[str, cells.WrittenAnswer] = field(default_factory=dict)
     unchanged: set[str] = field(default_factory=set)   # answers still as the template has them
     duplicate_answers: dict[str, list[int]] = field(default_factory=dict)   # question id -> later cells claiming it
+    # The run the written answers discuss, from the report cell's stored output (see
+    # ``cells.read_report``): None with ``report_missing`` saying why when it cannot be read, and
+    # None with no reason when the assignment has no report cell.
+    report: cells.Report | None = None
+    report_missing: str = ""
 
 
 def load_submission(path: Path | None, submission_id: str, template: nbformat.NotebookNode,
@@ -59,6 +64,7 @@ def load_submission(path: Path | None, submission_id: str, template: nbformat.No
     _find_scaffolds(sub, template, files, folder, max_bytes)
     if sub.notebook is not None:
         _find_answers(sub, template)
+        _find_report(sub, template)
     if sub.package_scaffolds:
         _record_sources(sub, template, None if path is None else relative_name(path, folder))
     return sub
@@ -285,3 +291,18 @@ def _find_answers(sub: Submission, template: nbformat.NotebookNode) -> None:
                          "the first is graded, the others are not, and the answer is flagged for review")
     sub.unchanged = {qid for qid, parsed in sub.answers.items()
                      if not parsed.is_blank and parsed.answer.strip() == template_answers.get(qid)}
+
+
+def _find_report(sub: Submission, template: nbformat.NotebookNode) -> None:
+    """The stored output of the notebook's own copy of the template's report cell (by cell id, as
+    provided cells are matched): what the student's run produced, before the grader runs anything."""
+    cell_id = next((c.get("id") for c in template.cells if cells.REPORT in cells.tags(c)), None)
+    if cell_id is None:
+        return
+    cell = next((c for c in sub.notebook.cells if c.get("id") == cell_id), None)
+    found = (cells.read_report(cell) if cell is not None
+             else f"the notebook has no report cell (id {cell_id!r}): it was deleted, or its id was lost")
+    if isinstance(found, str):
+        sub.report_missing = found
+    else:
+        sub.report = found

@@ -57,6 +57,29 @@ class Question:
 
 
 @dataclass(frozen=True)
+class Agreement:
+    """One thing the student's reported run and the grader's re-run of an answer variable (a
+    JSON object) must agree on: ``fields`` equal, or with ``factor`` positive numbers within that
+    factor of each other; only when the ``same`` fields (the sizes) are equal in both runs; with
+    ``rows`` (a list field, such as the history lengths), element by element at the entries
+    both runs have."""
+
+    fields: tuple[str, ...]
+    same: tuple[str, ...] = ()
+    rows: str = ""
+    factor: float = 0.0   # 0: exactly equal
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """The grader's run of one answer variable: its budget as the request labels it, and what
+    must agree with the student's reported run."""
+
+    budget: str
+    agree: tuple[Agreement, ...] = ()
+
+
+@dataclass(frozen=True)
 class Prices:
     """USD per million tokens (the provider's list prices for the default model)."""
 
@@ -111,6 +134,8 @@ class Rubric:
     settings: dict[str, Any] = field(default_factory=dict)
     llm: LLMSettings = field(default_factory=LLMSettings)
     source_sha256: str = ""
+    rerun: dict[str, Rerun] = field(default_factory=dict)   # answer variable -> the grader's run of it
+
 
     def item(self, name: str) -> Item:
         for item in self.items:
@@ -171,6 +196,7 @@ def load_rubric(path: Path) -> Rubric:
         settings={k: v for k, v in raw.items() if k not in reserved},
         llm=_llm_settings(written, path),
         source_sha256=hashlib.sha256(raw_text).hexdigest(),
+        rerun=_reruns(written.get("rerun"), path, set(raw.get("answer_variables") or ())),
     )
 
 
@@ -211,6 +237,35 @@ def _question(entry: dict[str, Any], path: Path, answer_variables: set[str]) -> 
     if unknown:
         raise RubricError(f"{where}: grounding names {sorted(unknown)}, which are not answer_variables")
     return question
+
+
+def _reruns(raw: Any, path: Path, answer_variables: set[str]) -> dict[str, Rerun]:
+    """``written.rerun``: per answer variable, the budget of the grader's run and what must agree."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise RubricError(f"{path}: written rerun must map answer variables to their budget and agreements")
+    found = {}
+    for name, entry in raw.items():
+        where = f"{path}: written rerun {name}"
+        if name not in answer_variables:
+            raise RubricError(f"{where}: not one of answer_variables")
+        if not isinstance(entry, dict) or not isinstance(entry.get("budget"), str) or not entry["budget"].strip():
+            raise RubricError(f"{where}: needs `budget`, the grader's run in words")
+        agree = []
+        for rule in entry.get("agree") or []:
+            try:
+                if not isinstance(rule["fields"], list) or not isinstance(rule.get("same", []), list):
+                    raise TypeError("`fields` and `same` must be lists")
+                agreement = Agreement(tuple(map(str, rule["fields"])), tuple(map(str, rule.get("same", ()))),
+                                      str(rule.get("rows", "")), float(rule.get("factor", 0)))
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise RubricError(f"{where}: agreement {rule!r}: missing or bad {exc}") from exc
+            if not agreement.fields or not (agreement.factor == 0 or agreement.factor >= 1):
+                raise RubricError(f"{where}: agreement {rule!r} needs fields, and a factor of at least 1 if any")
+            agree.append(agreement)
+        found[str(name)] = Rerun(entry["budget"].strip(), tuple(agree))
+    return found
 
 
 def _llm_settings(written: dict[str, Any], path: Path) -> LLMSettings:

@@ -1,8 +1,10 @@
 """Stage 5, written answers: each Question/Answer cell graded against its rubric by an LLM.
 
 Per submission the pipeline keeps what this stage needs beside results.json
-(``written_inputs.json``: the answers, and the values of each question's grounding variables
-exported from the executed notebook). After a batch, ``grade_written`` sends every written
+(``written_inputs.json``: the answers; the values of each question's grounding variables
+exported from the grader's run of the notebook; the same variables in the student's own run,
+as the notebook's report cell stored them before grading (``Submission.report``), or why the
+notebook carries no report; and whether the two runs agree). After a batch, ``grade_written`` sends every written
 item still ``pending_review`` (live, or as one Message Batch), validates each draft, and
 rewrites the results. Drafts are cached by everything that decides them, so a regrade of
 unchanged answers sends nothing.
@@ -13,7 +15,14 @@ whatever ``--llm`` says, and flags a question that several cells claim; ``grade_
 those flags and adds its own (the detector again, the model's own flag and, with ``guard``, the
 rubric-free guard request of ``--llm-guard``). A flagged item is graded on its content, the
 suggested score is recorded, and it stays ``pending_review`` until a TA confirms it in
-``overrides.yaml``. Without an API key, or with ``--llm off``, nothing is sent and written
+``overrides.yaml``.
+
+The student's reported run is what the answers discuss, and it is student data like the
+answer: it goes into the request (labeled, between the delimiters) and into ``run_agreement``,
+which compares it with the grader's run where the rubric says the two must agree (the same
+code at the same sizes: ``written.rerun.<variable>.agree``). A contradiction is a grade-time
+flag for a person, never a score. Without a readable report, the request is grounded on the
+grader's run and says so. Without an API key, or with ``--llm off``, nothing is sent and written
 items stay ``pending_review``.
 """
 from __future__ import annotations
@@ -35,8 +44,9 @@ from grader.score import GradeResult, ItemResult
 from grader.written import client as api
 from grader.written.cache import DraftCache, cache_key
 from grader.written.injection import scan
-from grader.written.prompt import (GUARD_VERSION, PROMPT_VERSION, Draft, Screening, grounding_values, guard_params,
-                                   read_draft, read_screening, request_params)
+from grader.written.prompt import (AGREE, DISAGREE, GUARD_VERSION, PROMPT_VERSION, REPORTED, REPORTED_ABSENT, Draft,
+                                   Grounding, Screening, grounding_values, guard_params, read_draft, read_screening,
+                                   request_params)
 
 WRITTEN_INPUTS = "written_inputs.json"
 USAGE_FILE = "llm_usage.json"
@@ -51,26 +61,127 @@ def _sent_answers(rubric: Rubric, submission: Submission) -> dict[str, str]:
 
 
 def inputs_artifact(rubric: Rubric, submission: Submission, exported: Mapping[str, Any]) -> bytes:
-    """What the stage needs of one submission: answers to grade, and their grounding values."""
+    """What the stage needs of one submission: answers to grade, their grounding values in the
+    grader's run (``exported``) and in the student's reported run, and whether the runs agree."""
     answers = _sent_answers(rubric, submission)
-    grounding = {q.id: grounding_values(exported, q) for q in rubric.questions if q.id in answers}
-    return json.dumps({"answers": answers, "grounding": grounding}).encode()
+    agreement = run_agreement(rubric, submission, exported)
+    asked = [q for q in rubric.questions if q.id in answers]
+    report = submission.report
+    return json.dumps({
+        "answers": answers,
+        "grounding": {q.id: grounding_values(exported, q) for q in asked},
+        "reported": {q.id: _reported(submission, q) for q in asked} if report else {},
+        "report": {"state": REPORTED if report else submission.report_missing,
+                   "grading_mode": report.grading_mode if report else None},
+        "agreement": {q.id: {name: agreement[name][0] for name in q.grounding if name in agreement} for q in asked},
+    }).encode()
 
 
 def screen(rubric: Rubric, submission: Submission, exported: Mapping[str, Any]) -> dict[str, list[str]]:
     """The grade-time flags of each flagged question: the detector on the answer that would be
-    sent and on its grounding values (``exported``: the executed notebook's answer variables),
-    and the other cells that claim the question when several do."""
+    sent and on its grounding values (``exported``: the executed notebook's answer variables;
+    the reported run's too), a reported run that contradicts the grader's where they must
+    agree, and the other cells that claim the question when several do."""
     answers = _sent_answers(rubric, submission)
+    agreement = run_agreement(rubric, submission, exported)
     flags = {}
     for question in rubric.questions:
         later = submission.duplicate_answers.get(question.id)
         found = [f"also claimed by later cells ({', '.join(map(str, later))}); only the first is graded"] if later else []
         if question.id in answers:
-            found += scan(answers[question.id], grounding_values(exported, question))
+            reported = {f"{name} (the student's run)": value
+                        for name, value in _reported(submission, question).items() if value != REPORTED_ABSENT}
+            found += scan(answers[question.id], {**grounding_values(exported, question), **reported})
+            for name in question.grounding:
+                outcome, differ = agreement.get(name, ("", []))
+                if outcome == DISAGREE:
+                    more = f" (and {len(differ) - 3} more)" if len(differ) > 3 else ""
+                    found.append("the student's reported run contradicts the grader's re-run where the two must "
+                                 f"agree: {'; '.join(differ[:3])}{more}")
         if found:
             flags[question.id] = found
     return flags
+
+
+def _reported(submission: Submission, question: Question) -> dict[str, str]:
+    """The question's grounding variables in the student's reported run, as JSON text."""
+    return grounding_values(submission.report.variables, question, REPORTED_ABSENT) if submission.report else {}
+
+
+_MISSING = object()
+MAX_ROWS = 1000   # entries of a ``rows`` list compared (the lists are the student's)
+
+
+def run_agreement(rubric: Rubric, submission: Submission,
+                  exported: Mapping[str, Any]) -> dict[str, tuple[str, list[str]]]:
+    """Per answer variable with ``agree`` rules in the rubric, whether the student's reported run
+    and the grader's run (``exported``) agree where they must: (AGREE, []), (DISAGREE, what
+    differs, for a person) or (why they were not compared, []). Empty without a report."""
+    if submission.report is None:
+        return {}
+    found = {}
+    for name, rerun in rubric.rerun.items():
+        if not rerun.agree:
+            continue
+        mine, theirs = submission.report.variables.get(name), exported.get(name)
+        if not isinstance(mine, dict) or not isinstance(theirs, dict):
+            found[name] = (f"the {'student' if not isinstance(mine, dict) else 'grader'}'s run has no such object", [])
+            continue
+        compared, differ = 0, []
+        for rule in rerun.agree:
+            if any(k not in mine or k not in theirs or mine[k] != theirs[k] for k in rule.same):
+                continue   # other sizes: nothing here must agree
+            for label, i, j in _positions(rule.rows, mine, theirs):
+                for key in rule.fields:
+                    a, b = _entry(mine, key, i), _entry(theirs, key, j)
+                    if a is _MISSING and b is _MISSING:
+                        continue
+                    compared += 1
+                    if not _agrees(a, b, rule.factor):
+                        differ.append(f"{name}.{key}{label}: {_shown(a)} in the student's run, {_shown(b)} in the "
+                                      "grader's")
+        found[name] = ((DISAGREE, differ) if differ else (AGREE, []) if compared
+                       else ("they ran at different sizes", []))
+    return found
+
+
+def _positions(rows: str, mine: dict[str, Any], theirs: dict[str, Any]) -> list[tuple[str, int | None, int | None]]:
+    """Where a rule compares: the whole fields (no ``rows``), or each entry of the ``rows`` list
+    both runs have, with its index in each run."""
+    if not rows:
+        return [("", None, None)]
+    ours, other = mine.get(rows), theirs.get(rows)
+    if not isinstance(ours, list) or not isinstance(other, list):
+        return []
+    plain = (int, float, str)
+    where: dict[Any, int] = {}
+    for j, row in enumerate(other[:MAX_ROWS]):
+        if isinstance(row, plain) and not isinstance(row, bool):
+            where.setdefault(row, j)
+    return [(f" at {rows} {row}", i, where[row]) for i, row in enumerate(ours[:MAX_ROWS])
+            if isinstance(row, plain) and not isinstance(row, bool) and row in where]
+
+
+def _entry(value: dict[str, Any], key: str, index: int | None) -> Any:
+    found = value.get(key, _MISSING)
+    if index is None or found is _MISSING:
+        return found
+    return found[index] if isinstance(found, list) and index < len(found) else _MISSING
+
+
+def _agrees(a: Any, b: Any, factor: float) -> bool:
+    if a is _MISSING or b is _MISSING:
+        return False
+    if factor and all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf") for v in (a, b)):
+        return max(a, b) / min(a, b) <= factor
+    return a == b
+
+
+def _shown(value: Any) -> str:
+    if value is _MISSING:
+        return "nothing"
+    text = json.dumps(value, ensure_ascii=True, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 @dataclass
@@ -89,7 +200,7 @@ class _Item:
     result: GradeResult
     question: Question
     answer: str
-    grounding: dict[str, str]
+    grounding: Grounding
     key: str
     guard_key: str
     flags: list[str]
@@ -200,13 +311,35 @@ def _pending_items(out_dir: Path, results: list[GradeResult], rubric: Rubric,
             answer = (inputs.get("answers") or {}).get(question.id) if question else None
             if question is None or not isinstance(answer, str) or item.status != "pending_review":
                 continue
-            grounding = {k: str(v) for k, v in ((inputs.get("grounding") or {}).get(question.id) or {}).items()}
-            kept = (item.details or {}).get("flags") or []   # grade time's: the detector, a duplicate answer cell
-            flags = list(dict.fromkeys([*kept, *scan(answer, grounding)]))
-            key = cache_key(rubric.llm.model, rubric_of[question.id], PROMPT_VERSION, question.id, answer, grounding)
-            guard_key = cache_key(rubric.llm.model, guard_of, f"guard-{GUARD_VERSION}", "", answer, grounding)
+            grounding = _grounding(inputs, question, rubric)
+            # grade time's flags: the detector, runs that contradict each other, a duplicate answer cell
+            kept = (item.details or {}).get("flags") or []
+            flags = list(dict.fromkeys([*kept, *scan(answer, grounding.sent())]))
+            key = cache_key(rubric.llm.model, rubric_of[question.id], PROMPT_VERSION, question.id, answer,
+                            grounding.to_json())
+            guard_key = cache_key(rubric.llm.model, guard_of, f"guard-{GUARD_VERSION}", "", answer, grounding.sent())
             found.append(_Item(result, question, answer, grounding, key, guard_key, flags))
     return found
+
+
+_MODES = {True: "run in grading mode, G2C_GRADING=1", False: "run at the module's own sizes, without G2C_GRADING",
+          None: "its mode not recorded"}
+
+
+def _grounding(inputs: dict[str, Any], question: Question, rubric: Rubric) -> Grounding:
+    """One question's grounding as ``inputs_artifact`` stored it, labeled with the rubric's budgets."""
+    def texts(part: str) -> dict[str, str]:
+        found = inputs.get(part)
+        entry = found.get(question.id) if isinstance(found, dict) else None
+        return {str(k): str(v) for k, v in entry.items()} if isinstance(entry, dict) else {}
+
+    report = inputs.get("report") if isinstance(inputs.get("report"), dict) else {}
+    state = str(report.get("state") or "")
+    rerun = texts("grounding")
+    return Grounding(rerun=rerun, reported=texts("reported") if state == REPORTED else {},
+                     budgets={name: rubric.rerun[name].budget for name in rerun if name in rubric.rerun},
+                     report=state, mode=_MODES[mode if isinstance(mode := report.get("grading_mode"), bool) else None],
+                     agreement=texts("agreement"))
 
 
 def _item_result(item: _Item, draft: Draft | str, screening: Screening | str | None, rubric: Rubric) -> ItemResult:
@@ -237,8 +370,7 @@ def _item_result(item: _Item, draft: Draft | str, screening: Screening | str | N
     accept = (f"in overrides.yaml, `{item.result.submission_id}: {{{old.name}: {draft.total:g}}}` accepts the "
               "suggested score.")
     if flags:
-        lines.append(f"FLAGGED: the answer seems to address the grader ({'; '.join(flags)}). It gains no points "
-                     f"until a TA confirms: {accept}")
+        lines.append(f"FLAGGED for review ({'; '.join(flags)}). It gains no points until a TA confirms: {accept}")
         return replace(old, score=0.0, status="pending_review", output="\n".join(lines), details=details)
     if isinstance(screening, str):
         lines.append(f"The guard request did not finish: {screening}. It gains no points until a TA confirms: {accept}")

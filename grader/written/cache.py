@@ -10,7 +10,7 @@ from typing import Any
 
 
 def cache_key(model: str, rubric_sha256: str, prompt_version: str, question_id: str, answer: str,
-              grounding: dict[str, str]) -> str:
+              grounding: dict[str, Any]) -> str:
     parts = {"model": model, "rubric": rubric_sha256, "prompt": prompt_version, "question": question_id,
              "answer": hashlib.sha256(answer.encode()).hexdigest(), "grounding": grounding}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()

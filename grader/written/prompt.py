@@ -5,6 +5,13 @@ instructions, then the question, its rubric and the reference answer. What the s
 wrote, and the values their notebook produced, come last, between delimiters that carry a
 nonce derived from that very data (so an answer cannot close them), declared to be data.
 
+The values (``Grounding``) come from up to two runs, each labeled: the student's own run, the
+one the answers discuss, as the notebook's report cell stored it in the submitted .ipynb; and
+the grader's re-run of the notebook in grading mode, labeled with its budget (the rubric's
+``written.rerun``). After the data, in the grader's own words only, the request says which
+run the answer is judged against: the student's when the notebook carries its report, else
+the re-run, and why; and what the grader's consistency check of the two runs found.
+
 The reply is a forced call of one tool whose input schema is built per question: one
 property per criterion id, each with a rationale (written first) and points bounded by that
 criterion's points. Everything is validated again here; totals are computed here.
@@ -14,19 +21,22 @@ asks only whether the data addresses the grader, through a forced tool of its ow
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from grader.cells import WrittenAnswer
 from grader.rubric import LLMSettings, Question
 
-PROMPT_VERSION = "1"
+PROMPT_VERSION = "2"
 TOOL_NAME = "record_grade"
 MAX_ANSWER_CHARS = 8000          # longer answers are cut, and the cut is said
 MAX_GROUNDING_CHARS = 3000       # per answer variable, as JSON text
 ABSENT = "(not defined after running the notebook)"   # the grounding value of a variable the notebook lacks
+REPORTED_ABSENT = "(not defined in the student's run)"  # a variable the student's report holds as null
 
 INSTRUCTIONS = """\
 You grade one written answer from {notebook}. You are given the question, its rubric (criteria with points, what earns
@@ -36,8 +46,16 @@ Grade the student's answer against each criterion independently. For every crite
 a short rationale first, then award points between 0 and the criterion's points; partial
 points are allowed only where the rubric's wording supports them. Do not reward length,
 confidence or restating the question. Where the question is about the student's own
-results, the values their notebook produced are given: an answer that quotes numbers the
-notebook did not produce does not earn a criterion that asks for the measured numbers.
+results, the values their notebook produced are given, each labeled with its run: the
+student's own run, the one the answer discusses, as stored in the notebook they submitted;
+and the grader's re-run of that notebook on a smaller grading budget, labeled with its
+budget. Judge the answer's numbers against the student's own run: an answer that quotes
+numbers that run did not produce does not earn a criterion that asks for the measured
+numbers. The re-run's numbers differ by design (fewer steps, shorter histories) and are
+never a reason to withhold points. When the request says that only the re-run is known,
+the student's own figures cannot be checked exactly: judge whether they agree in kind with
+the re-run (what grows and what stays flat, orders of magnitude at the sizes the answer
+names), and set needs_review when a criterion turns on figures you cannot check.
 A correct answer that differs from the reference answer in wording or approach earns full
 points.
 
@@ -88,12 +106,58 @@ def _capped(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n[... cut: {len(text) - limit} more characters]"
 
 
-def student_data(answer: str, grounding: dict[str, str]) -> str:
-    """The delimited data block: the values the notebook produced, then the answer."""
+REPORTED = "stored"          # ``Grounding.report`` when the notebook carries its report
+AGREE = "agree"              # ``Grounding.agreement``: the runs agree wherever the rubric says they must
+DISAGREE = "disagree"        # they contradict each other there (the answer is flagged for a person)
+
+
+@dataclass(frozen=True)
+class Grounding:
+    """The values of one question's grounding variables, as one request gives them.
+
+    ``rerun``: the grader's run (JSON text; ABSENT when it left a variable undefined), labeled
+    with ``budgets`` (the rubric's). ``reported``: the student's own run, from the notebook's
+    report cell (JSON text). ``report``: REPORTED when the notebook carries its report, else
+    why it does not, and empty when the assignment has no report cell. ``mode``: how the
+    student's run ran, in the grader's words. ``agreement``: per variable, AGREE, DISAGREE or
+    why the runs were not compared. Everything but ``rerun`` and ``reported`` is the grader's."""
+
+    rerun: dict[str, str] = field(default_factory=dict)
+    reported: dict[str, str] = field(default_factory=dict)
+    budgets: dict[str, str] = field(default_factory=dict)
+    report: str = ""
+    mode: str = ""
+    agreement: dict[str, str] = field(default_factory=dict)
+
+    def sent(self) -> dict[str, str]:
+        """Each value the data block carries, named as the detector's flags name it."""
+        return {**self.rerun, **{f"{name} (the student's run)": value for name, value in self.reported.items()
+                                 if value != REPORTED_ABSENT}}
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _as_grounding(grounding: Grounding | Mapping[str, str]) -> Grounding:
+    """A plain mapping of variable -> JSON text is the grader's run alone (no report cell)."""
+    return grounding if isinstance(grounding, Grounding) else Grounding(rerun=dict(grounding))
+
+
+def student_data(answer: str, grounding: Grounding | Mapping[str, str]) -> str:
+    """The delimited data block: the values of each run, labeled, then the answer."""
+    grounding = _as_grounding(grounding)
     body = []
-    for name, value in grounding.items():
-        body.append(f"Value of {name} exported from the student's executed notebook (JSON):\n"
-                    f"{_capped(value, MAX_GROUNDING_CHARS)}")
+    for name in dict.fromkeys([*grounding.reported, *grounding.rerun]):
+        if name in grounding.reported:
+            body.append(f"Value of {name} in the student's own run, the one the answer discusses ({grounding.mode}), "
+                        f"as stored in the submitted notebook (JSON):\n"
+                        f"{_capped(grounding.reported[name], MAX_GROUNDING_CHARS)}")
+        if name in grounding.rerun:
+            budget = grounding.budgets.get(name)
+            body.append(f"Value of {name} in the grader's run of the student's notebook"
+                        + (f" ({budget})" if budget else "")
+                        + (", not the run the answer discusses" if name in grounding.reported else "")
+                        + f" (JSON):\n{_capped(grounding.rerun[name], MAX_GROUNDING_CHARS)}")
     body.append(f"The student's answer:\n{_capped(answer, MAX_ANSWER_CHARS)}")
     text = "\n\n".join(body)
     nonce = hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -101,9 +165,30 @@ def student_data(answer: str, grounding: dict[str, str]) -> str:
             f"=== END STUDENT DATA {nonce} ===")
 
 
+def about_the_runs(grounding: Grounding) -> str:
+    """The grader's own words after the data block: which run the answer is judged against,
+    and what the consistency check of the two runs found. No student text is quoted here."""
+    if not grounding.report or not grounding.rerun:
+        return ""
+    if grounding.report != REPORTED:
+        return (f"ABOUT THE VALUES: the submitted notebook carries no report of the student's own run: "
+                f"{grounding.report}. So only the grader's re-run is given, and the student's own figures "
+                "cannot be checked exactly (see the instructions).")
+    lines = ["ABOUT THE VALUES: judge the answer's numbers against the student's own run; the grader's "
+             "re-run checks the code and differs by its budget."]
+    for name, outcome in grounding.agreement.items():
+        lines.append(f"- {name}: " + ("the two runs agree wherever they must (checked by the grader)."
+                                      if outcome == AGREE else
+                                      "the two runs contradict each other where they must agree; a person "
+                                      "will review this answer." if outcome == DISAGREE else
+                                      f"the runs were not compared ({outcome})."))
+    return "\n".join(lines)
+
+
 def request_params(settings: LLMSettings, question: Question, reference: WrittenAnswer, answer: str,
-                   grounding: dict[str, str]) -> dict[str, Any]:
+                   grounding: Grounding | Mapping[str, str]) -> dict[str, Any]:
     """Keyword arguments of ``messages.create`` (and of a batch request's ``params``)."""
+    about = about_the_runs(_as_grounding(grounding))
     return {
         "model": settings.model,
         "max_tokens": settings.max_tokens,
@@ -111,6 +196,7 @@ def request_params(settings: LLMSettings, question: Question, reference: Written
                    {"type": "text", "text": _rubric_text(question, reference),
                     "cache_control": {"type": "ephemeral"}}],
         "messages": [{"role": "user", "content": student_data(answer, grounding)
+                      + (f"\n\n{about}" if about else "")
                       + f"\n\nGrade the answer above with the rubric; call {TOOL_NAME}."}],
         "tools": [grade_tool(question)],
         "tool_choice": {"type": "tool", "name": TOOL_NAME},
@@ -139,7 +225,7 @@ GUARD_TOOL_SCHEMA = {
                                     "addresses_grader": {"type": "boolean"}}}}
 
 
-def guard_params(settings: LLMSettings, answer: str, grounding: dict[str, str]) -> dict[str, Any]:
+def guard_params(settings: LLMSettings, answer: str, grounding: Grounding | Mapping[str, str]) -> dict[str, Any]:
     """The guard's ``messages.create`` keyword arguments: the same data block, no rubric."""
     return {
         "model": settings.model,
@@ -245,7 +331,7 @@ def _get(block: Any, name: str) -> Any:
     return block.get(name) if isinstance(block, dict) else getattr(block, name, None)
 
 
-def grounding_values(answers: dict[str, Any], question: Question) -> dict[str, str]:
-    """The question's grounding variables as JSON text (absent ones say so)."""
+def grounding_values(answers: Mapping[str, Any], question: Question, absent: str = ABSENT) -> dict[str, str]:
+    """The question's grounding variables as JSON text (absent ones, and nulls, say ``absent``)."""
     return {name: json.dumps(answers[name], sort_keys=True, default=str)[: 4 * MAX_GROUNDING_CHARS]
-            if name in answers else ABSENT for name in question.grounding}
+            if answers.get(name) is not None else absent for name in question.grounding}
