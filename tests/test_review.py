@@ -71,7 +71,8 @@ def test_the_ta_page_shows_each_answer_beside_its_question_criteria_and_groundin
     question = assignment.rubric.questions[0]
     inputs = folder / "alice" / WRITTEN_INPUTS
     recorded_inputs = json.loads(inputs.read_text())
-    recorded_inputs["grounding"] = {question.id: {"DECODE_BENCHMARK": {"history_lengths": [64, 4096]}}}
+    recorded_inputs["grounding"] = {question.id: {"DECODE_BENCHMARK": {"history_lengths": [64, 1024]}}}
+    recorded_inputs["reported"] = {question.id: {"DECODE_BENCHMARK": {"history_lengths": [64, 16384]}}}
     inputs.write_text(json.dumps(recorded_inputs))
     write_pages(folder, read_results(folder), release="published")
     review = (folder / "alice" / REVIEW_PAGE).read_text()
@@ -85,7 +86,9 @@ def test_the_ta_page_shows_each_answer_beside_its_question_criteria_and_groundin
                         card).groups()
         assert row[0][:30] == criterion.earns[:30].replace('"', "&#34;").replace("'", "&#39;")
         assert row[1] == f"{criterion.points:g} / {criterion.points:g}" and row[2] == f"meets {criterion.id}"
-    assert "grounding values this answer was judged against" in card and "4096" in card
+    assert "grounding values this answer was judged against" in card
+    reported, rerun = card.index("the student&#39;s reported run"), card.index("the grader&#39;s re-run")
+    assert reported < card.index("16384") < rerun < card.index("1024", rerun)
     student = (folder / "alice" / REPORT_PAGE).read_text()
     assert "your answer" in student and "what earns it" not in student and "judged against" not in student
 

@@ -690,7 +690,27 @@ SPEC: Dict[str, Any] = {'assignment': 'linear_attention',
                          '    tokens[:, 0:2 * P:2] = keys\n'
                          '    tokens[:, 1:2 * P:2] = values\n'
                          '    tokens[:, 2 * P:] = keys[rows, asked]\n'
-                         '    return tokens, values[rows, asked], P - asked\n'}],
+                         '    return tokens, values[rows, asked], P - asked\n'},
+              {'id': 'run-report',
+               'source': "# Provided: your run's results, kept in this cell's output for the grader. Do not "
+                         'edit.\n'
+                         'import builtins\n'
+                         '\n'
+                         'RUN_REPORT = {\n'
+                         '    "grading_mode": GRADING,\n'
+                         '    "variables": {name: globals().get(name) for name in\n'
+                         '                  ("DECODE_BENCHMARK", "MEMORY_BILL", "TRAINING_RESULTS", '
+                         '"RECALL_RESULTS", "DECAY_RESULTS")},\n'
+                         '}\n'
+                         '_show = getattr(builtins, "display", None)  # Jupyter\'s display; the public tests '
+                         'load this cell without it\n'
+                         'if _show is not None:\n'
+                         '    _show({"application/json": RUN_REPORT,\n'
+                         '           "text/plain": f"kept for the grader: the results of this run '
+                         '({\'grading mode\' if GRADING else \'the module sizes\'}) "\n'
+                         '                         f"of {\', \'.join(n for n, v in '
+                         'RUN_REPORT[\'variables\'].items() if v is not None) or \'no exercise\'}"},\n'
+                         '          raw=True)'}],
  'cell_order': ['intro',
                 'setup',
                 'course-basics',
@@ -722,6 +742,8 @@ SPEC: Dict[str, Any] = {'assignment': 'linear_attention',
                 'ex5-question',
                 'ex6-intro',
                 'ex6-storylm-5m',
+                'run-report-intro',
+                'run-report',
                 'explain-intro',
                 'explain-reassociation',
                 'explain-hybrids',

@@ -76,6 +76,10 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![\w.])", re.IGNORECASE)
 MAX_MESSAGE_CHARS = 200
 MAX_FIRST_LINE_CHARS = 80
+# What written_inputs.json records per question, in the order a TA reads it.
+GROUNDING_PARTS = (("reported", "the student's reported run (the one the answer discusses)"),
+                   ("grounding", "the grader's re-run, in grading mode"),
+                   ("agreement", "where the two runs must agree"))
 EXECUTION_ITEM = "notebook_runs"   # every assignment's item for the notebook running headless
 
 _templates = jinja2.Environment(loader=jinja2.PackageLoader("grader.report", "templates"),
@@ -261,7 +265,8 @@ def answer_cells(assignment: str) -> dict[str, tuple[str, ...]]:
 
 def written_context(folder: Path, result: GradeResult) -> dict[str, dict[str, Any]]:
     """For each written item: the question as the template asks it, the rubric's criteria and
-    the grounding values the answer was judged against (as the written stage recorded them)."""
+    the grounding values the answer was judged against, as the written stage recorded them (the
+    student's reported run, the grader's re-run, and whether the two agree where they must)."""
     try:
         template = Assignment(result.assignment)
         questions = {q.item_name: q for q in template.rubric.questions}
@@ -269,16 +274,20 @@ def written_context(folder: Path, result: GradeResult) -> dict[str, dict[str, An
     except Exception:  # noqa: BLE001 - an unknown assignment's pages still show the answers
         return {}
     try:
-        grounding = json.loads((folder / WRITTEN_INPUTS).read_text()).get("grounding") or {}
-    except (OSError, ValueError, AttributeError, RecursionError):
-        grounding = {}
+        inputs = json.loads((folder / WRITTEN_INPUTS).read_text())
+    except (OSError, ValueError, RecursionError):
+        inputs = {}
+    inputs = inputs if isinstance(inputs, dict) else {}
     context = {}
     for name, question in questions.items():
-        values = grounding.get(question.id) if isinstance(grounding, dict) else None
+        runs = []
+        for part, label in GROUNDING_PARTS:
+            found = inputs.get(part)
+            values = found.get(question.id) if isinstance(found, dict) else None
+            if values:
+                runs.append((label, _tail(json.dumps(values, indent=1, default=str), MAX_STREAM_CHARS)))
         context[name] = {"question": asked[question.id].question if question.id in asked else "",
-                         "criteria": {c.id: c for c in question.criteria},
-                         "grounding": _tail(json.dumps(values, indent=1, default=str), MAX_STREAM_CHARS)
-                         if values else ""}
+                         "criteria": {c.id: c for c in question.criteria}, "grounding": runs}
     return context
 
 
@@ -349,7 +358,7 @@ def _needs_review(item: ItemResult, internal_error: bool) -> str:
         return ""   # a person has decided it
     flags = (item.details or {}).get("flags") or []
     if flags:
-        return "flagged: the answer seems to address the grader (" + "; ".join(flags) + ")"
+        return "flagged for review (" + "; ".join(flags) + ")"
     if item.status == "pending_review":
         return "written answer awaiting review" + (" (the model asked for a person)"
                                                    if (item.details or {}).get("needs_review") else "")
