@@ -10,16 +10,20 @@ through the real sandboxed probe as well, and must be graded exactly as in proce
 """
 from __future__ import annotations
 
+import re
 import tempfile
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from grader.assignment import Assignment
-from grader.checks import CheckContext, Verdict
+from grader.checks import CheckContext, Verdict, decide
 from grader.checks import linear_attention as checks
 from grader.checks.linear_attention import items, model
+from grader.checks.linear_attention.answers import answer_checks
+from grader.execute import CellRun, ExecutionResult
 from grader.graft import submission_module_source
 from grader.probe import run_probe
 
@@ -55,6 +59,35 @@ NAMED = {
     # Its history is gone in the next worker, where step crashes.
     "mutant_history_in_class_attribute": ({"state_fixed_size", "state_resume", "equivalence"}, "state_resume",
                                           "has no attribute"),
+    "mutant_feature_map_not_positive": ({"normalization"}, "normalization", "feature map is not positive"),
+    # Reshaping (B, H, T, d_h) as is puts later positions into earlier rows: the future really leaks.
+    "mutant_heads_merged_without_transpose": ({"equivalence", "causality"}, "equivalence",
+                                              "merges the heads without the transpose"),
+    # Its decay above 1 overflows at gamma_logit = 50 after ~180 tokens: those positions are not compared.
+    "mutant_raw_logit_decay": ({"decay_parallel", "decay_recurrent"}, "decay_parallel",
+                               "uses the raw gamma_logit as the decay"),
+    "mutant_step_returns_given_state": ({"decay_recurrent", "equivalence"}, "decay_recurrent",
+                                        "returns the state it was given"),
+    # Column sums take in later queries: the future really leaks, as with a whole-row denominator.
+    "mutant_normalizer_wrong_axis": ({"normalization", "causality", "equivalence"}, "normalization",
+                                     "sums the weights over the wrong axis"),
+    # Outputs are the recurrence's (gamma cancels) and resuming works: only the state's decay is wrong.
+    "mutant_state_decayed_twice": ({"decay_recurrent"}, "decay_recurrent", "decays the state once more"),
+}
+# Further items whose message must carry the named mistake's diagnosis: (item, words).
+ALSO_DIAGNOSED = {
+    "mutant_heads_merged_without_transpose": [("causality", "merges the heads without the transpose")],
+    "mutant_normalizer_wrong_axis": [("causality", "sums the weights over the wrong axis"),
+                                     ("equivalence", "sums the weights over the wrong axis")],
+    "mutant_raw_logit_decay": [("decay_recurrent", "uses the raw gamma_logit as the decay")],
+    "mutant_step_returns_given_state": [("equivalence", "returns the state it was given")],
+}
+# A form that raises everywhere: (the form, exactly the items that need it).
+RAISING = {
+    "mutant_step_not_implemented": ("step", {"equivalence", "alignment", "decay_recurrent", "decay_per_head",
+                                             "state_fixed_size", "state_resume"}),
+    "mutant_forward_not_implemented": ("forward", {"equivalence", "normalization", "alignment", "causality",
+                                                   "decay_parallel", "decay_per_head", "hybrid_lm"}),
 }
 
 
@@ -117,6 +150,46 @@ def test_a_named_mistake_costs_exactly_its_own_concern(corpus, name):
     assert words in corpus[name][item].message, f"{item}'s message does not name the mistake: {corpus[name][item].message}"
 
 
+def _static_texts() -> list[str]:
+    """Every sentence the checks can say about a named mistake, for either form."""
+    texts = set()
+    for said in model._SAYS.values():
+        for text in (said.values() if isinstance(said, dict) else [said]):
+            texts.update(text.format(form=form) for form in ("forward", "step"))
+    return sorted(texts, key=len, reverse=True)
+
+
+def _diagnosis(message: str) -> str:
+    """The diagnosis line of a message: after "Diagnosis: ", up to the case it was seen on."""
+    assert "Diagnosis: " in message, message
+    return message.split("Diagnosis: ", 1)[1].split(" (case ", 1)[0]
+
+
+@pytest.mark.parametrize("name", sorted(set(NAMED) - {"mutant_step_caches_history", "mutant_history_in_class_attribute"}))
+def test_the_diagnosis_line_names_the_mistake_and_no_hidden_input(corpus, name):
+    """The line is the checks' own sentence about the mistake (no value of a hidden input can
+    be in it), in the item of its concern and in every other item it costs that names it."""
+    _, item, words = NAMED[name]
+    for where, said in [(item, words)] + ALSO_DIAGNOSED.get(name, []):
+        line = _diagnosis(corpus[name][where].message)
+        assert said in line, (where, line)
+        for text in _static_texts():
+            line = line.replace(text, "")
+        assert not line.strip("; ."), f"{where}: the diagnosis holds more than the named mistakes: {line!r}"
+
+
+@pytest.mark.parametrize("name", sorted(RAISING))
+def test_a_raising_form_is_said_plainly_on_every_item_that_needs_it(corpus, name):
+    form, needing = RAISING[name]
+    failed = {i: v.message for i, v in corpus[name].items() if v.status != "passed"}
+    assert set(failed) == needing, failed
+    todo = ("implement one recurrent step carrying the fixed-size (S, z) state" if form == "step"
+            else "implement the parallel form with an explicit decayed T x T mask")
+    for item, message in failed.items():
+        assert message == (f"{form} raised NotImplementedError: {todo}, at `raise NotImplementedError('{todo}')`; "
+                           f"every item that needs {form} is 0 for that reason"), (item, message)
+
+
 def test_float32_only_code_is_told_why_and_keeps_its_points(corpus):
     for name in ("correct_float32_only", "correct_float_cast"):
         message = corpus[name]["equivalence"].message
@@ -137,6 +210,42 @@ def test_a_mistake_in_one_form_is_blamed_on_that_form(corpus):
     assert "forward matches the reference and step does not" in message and "step ignores gamma" in message
 
 
+LABELED = re.compile(r"case (?P<label>.*?): max-abs error \S+ at \(batch (?P<b>\d+), position (?P<t>\d+), "
+                     r"channel (?P<c>\d+)\): forward (?P<forward>\S+), step loop (?P<step>\S+?)\.(?:\s|$)")
+
+
+@pytest.mark.parametrize("name, right", [("mutant_decay_only_in_forward", "forward"),
+                                         ("mutant_decay_only_in_step", "step")])
+def test_equivalence_labels_the_two_forms_never_expected_and_got(assignment, corpus, name, right):
+    """No trusted value in forward vs step: each number is named by its form, and the one of the
+    form that matches the reference is the reference's (it used to be called "got" for a step bug)."""
+    message = corpus[name]["equivalence"].message
+    found = LABELED.search(message)
+    assert found and "expected" not in message and " got " not in message, message
+    cases = checks.probe_cases(assignment.rubric)
+    evidence = items.Evidence(_context(assignment, None), cases)
+    (case,) = [c for c in cases if c.kind == "forward" and c.name.endswith("float64")
+               and evidence.label(c.name) == found["label"]]
+    reference = model.attention(model.parameters(case.arrays), model.torch.as_tensor(case.arrays["x"]),
+                                case.config["num_heads"]).numpy()
+    value = reference[int(found["b"]), int(found["t"]), int(found["c"])]
+    assert abs(float(found[right]) - value) < 1e-5 * max(1.0, abs(value)), (message, value)
+    wrong = "step" if right == "forward" else "forward"
+    assert abs(float(found[wrong]) - value) > 1e-3
+
+
+def test_forms_apart_only_by_where_eps_sits_agree_in_float64(corpus):
+    """A state decayed once more divides gamma N by gamma D + EPS: the forms agree, and no note
+    calls that float32 code."""
+    verdict = corpus["mutant_state_decayed_twice"]["equivalence"]
+    assert verdict.status == "passed" and "float32" not in verdict.message, verdict.message
+
+
+def test_resuming_labels_the_two_runs_never_expected_and_got(corpus):
+    message = corpus["mutant_step_caches_history"]["state_resume"].message
+    assert "uninterrupted " in message and ", resumed " in message and "expected" not in message, message
+
+
 def test_tampering_with_parameters_fails_the_hybrid_model(corpus):
     """The trusted model is built from the seed, not from what the student's process reports."""
     verdict = corpus["cheat_tampers_with_parameters"]["hybrid_lm"]
@@ -146,6 +255,60 @@ def test_tampering_with_parameters_fails_the_hybrid_model(corpus):
 def test_resume_item_is_about_the_state_not_the_arithmetic(corpus):
     """A step with the wrong arithmetic but an honest (S, z) still resumes like itself."""
     assert corpus["mutant_decay_s_not_z"]["state_resume"].status == "passed"
+
+
+# ----------------------------------------------------------------------------- answer variables
+
+def _executed(cells: list[tuple[str, str, int | None]]) -> bytes:
+    """An executed notebook of (cell type, source, execution count) cells, as the driver writes it."""
+    notebook = nbformat.v4.new_notebook()
+    for kind, source, count in cells:
+        if kind == "code":
+            notebook.cells.append(nbformat.v4.new_code_cell(source, execution_count=count))
+        else:
+            notebook.cells.append(nbformat.v4.new_markdown_cell(source))
+    return nbformat.writes(notebook).encode()
+
+
+def _answer_verdicts(assignment, runs: list[CellRun], notebook: bytes | None) -> dict[str, Verdict]:
+    execution = ExecutionResult(cells=runs, kernel="ok", timed_out=False, answers={}, executed_notebook=notebook)
+    context = CheckContext(assignment.rubric, assignment.master_path, None, "not probed in this test",
+                           execution, None, {})
+    return decide(answer_checks(context))
+
+
+def test_a_missing_answer_names_the_cell_that_raised(assignment):
+    """Which cell raised is the driver's record; the student finds it by its place among the
+    code cells, its In[n] and its first line. The cell that assigns the variable is named,
+    not an earlier one that raised too."""
+    notebook = _executed([("code", "import torch", 1), ("markdown", "# Exercise 1", None),
+                          ("code", "x = helper()  # a helper that raised", 2),
+                          ("markdown", "# Exercise 5", None),
+                          ("code", "# Exercise 5: the memory bill\nMEMORY_BILL = memory_bill(4096)", 3)])
+    runs = [CellRun(0, "a", "ok"), CellRun(2, "b", "error", "NameError: name 'helper' is not defined"),
+            CellRun(4, "c", "error", "ValueError: tokens must be positive")]
+    verdicts = _answer_verdicts(assignment, runs, notebook)
+    bill = {name: v for name, v in verdicts.items() if name.startswith("bill_")}
+    assert len(bill) == 8 and {v.status for v in bill.values()} == {"failed"}
+    for verdict in bill.values():
+        assert verdict.message == ("MEMORY_BILL is not defined after running the notebook: code cell 3 (In[3], "
+                                   "`# Exercise 5: the memory bill`) raised ValueError: tokens must be positive")
+    # No cell assigns DECODE_BENCHMARK here: the first cell that raised is named.
+    assert verdicts["benchmark_fields"].message == (
+        "DECODE_BENCHMARK is not defined after running the notebook: code cell 2 (In[2], "
+        "`x = helper()  # a helper that raised`) raised NameError: name 'helper' is not defined")
+    # Without the executed notebook the cell is still named by its place.
+    verdicts = _answer_verdicts(assignment, runs, None)
+    assert verdicts["bill_linear_state"].message.endswith(
+        ": code cell 2 raised NameError: name 'helper' is not defined")
+
+
+def test_a_missing_answer_with_no_raising_cell_says_so(assignment):
+    notebook = _executed([("code", "import torch", 1), ("code", "bill = {}", 2)])
+    verdicts = _answer_verdicts(assignment, [CellRun(0, "a", "ok"), CellRun(1, "b", "ok")], notebook)
+    assert verdicts["bill_mha_kv_cache"].message == (
+        "MEMORY_BILL is not defined after running the notebook: no cell raised, and no code cell assigns "
+        "MEMORY_BILL (is its exercise still to do?)")
 
 
 # ----------------------------------------------------------------------------- one check crashing

@@ -72,11 +72,16 @@ def position(where: tuple[int, ...], names: Sequence[str] | None = None) -> str:
     return ", ".join(f"{n} {i}" for n, i in zip(names, where)) if len(where) == 3 else str(where)
 
 
-def describe(result: Mismatch | str, names: Sequence[str] | None = None) -> str:
+def describe(result: Mismatch | str, names: Sequence[str] | None = None,
+             labels: tuple[str, str] = ("expected", "got")) -> str:
+    """The mismatch for a message. ``labels`` name its two values (the ``expected`` one first);
+    "expected" is only ever the trusted value, so a comparison of two of the student's own
+    outputs names them instead (("forward", "step loop"), say)."""
     if isinstance(result, str):
         return result
     where = f" at ({position(result.where, names)})" if result.where else ""   # a 0-d value has no position
-    return f"max-abs error {result.max_abs:.3g}{where}: expected {result.expected:.6g}, got {result.got:.6g}"
+    first, second = labels
+    return f"max-abs error {result.max_abs:.3g}{where}: {first} {result.expected:.6g}, {second} {result.got:.6g}"
 
 
 def compare_nonfinite_as_expected(got: np.ndarray | None, expected: np.ndarray) -> Mismatch | str:

@@ -17,7 +17,7 @@ from grader.checks import CheckContext, Verdict, decide, execution_verdict
 from grader.checks.linear_attention import cases as inputs
 from grader.checks.linear_attention.answers import answer_checks
 from grader.checks.linear_attention.hybrid import hybrid_problem
-from grader.checks.linear_attention.items import SCAFFOLD_CHECKS, Evidence
+from grader.checks.linear_attention.items import NEEDS, SCAFFOLD_CHECKS, Evidence, needing
 from grader.probe import ProbeCase
 from grader.rubric import Rubric
 
@@ -54,5 +54,5 @@ def evaluate(context: CheckContext) -> dict[str, Verdict]:
     evidence = Evidence(context, probe_cases(context.rubric))
     checks["scaffold_present"] = lambda: Verdict("passed", "the LinearAttention scaffold imports")
     checks.update({name: partial(check, evidence) for name, check in SCAFFOLD_CHECKS.items()})
-    checks["hybrid_lm"] = partial(check_hybrid, evidence)
+    checks["hybrid_lm"] = partial(needing(NEEDS["hybrid_lm"], check_hybrid), evidence)
     return decide(checks)

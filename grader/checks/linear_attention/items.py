@@ -9,11 +9,17 @@ A form that matches no named computation is judged against the reference itself.
 
 The recurrent form's decay is judged on the (S, z) that step returned after the first segment
 of each run (relayed between workers by the probe, so measured here): a readout mistake does
-not touch it, and S counts in either orientation.
+not touch it, and S counts in either orientation. That state is part of what step is found to
+compute: a step whose outputs are right but whose state is not (decayed once more, say) is the
+variant that explains both.
+
+A form that raised on every case it was given is said so once, plainly, on every item that
+needs it (``NEEDS``), instead of each item's own account of a run that did not happen.
 """
 from __future__ import annotations
 
 import math
+import re
 from functools import cached_property
 from typing import Callable
 
@@ -30,6 +36,11 @@ from grader.probe import MAX_STATE_ARRAYS, CaseOutput, ProbeCase
 
 FORM_KIND = {"forward": "forward", "step": "steps"}
 UNUSED_STATE = "not judged, because step does not go on from the state it returned"
+# Decay weights past these are too close to the dtype's range to compare (see overflow_free_tokens).
+OVERFLOW_LIMIT = {"float64": 1e200, "float32": 1e25}
+# The harness's account of an exception: "Type: message (in your code: line)", a segment after it.
+RAISED = re.compile(r"(?P<type>[A-Za-z_][\w.]*): (?P<message>.*?)(?: \(in your code: (?P<line>.*)\))?"
+                    r"(?: \(tokens \d+ to \d+\))?", re.DOTALL)
 
 
 class Evidence:
@@ -105,10 +116,21 @@ class Evidence:
             self._memo[key] = state_after(*self._layer(name, tokens), variant)
         return self._memo[key]
 
+    def judged_tokens(self, name: str, variant: Variant, tokens: int | None = None) -> int:
+        """The leading positions of run ``name`` that ``variant`` is compared on: all of them,
+        unless its decay factor exceeds 1 and its weights leave the run dtype's range."""
+        case = self.inputs[name]
+        length = case.arrays["x"].shape[1] if tokens is None else tokens
+        return variant.overflow_free_tokens(case.arrays["gamma_logit"], length,
+                                            OVERFLOW_LIMIT[case.config["dtype"]])
+
     def output_mismatch(self, name: str, got: np.ndarray, variant: Variant,
                         tokens: int | None) -> tuple[Mismatch | str, np.ndarray]:
-        """The closer of ``variant``'s outputs under the two EPS conventions."""
-        results = [(compare(got, e), e) for e in (self.expected(name, variant, eps, tokens) for eps in EPS_CONVENTIONS)]
+        """The closer of ``variant``'s outputs under the two EPS conventions (on the positions
+        ``judged_tokens`` keeps)."""
+        keep = self.judged_tokens(name, variant, tokens)
+        results = [(compare(got[:, :keep], e[:, :keep]), e[:, :keep])
+                   for e in (self.expected(name, variant, eps, tokens) for eps in EPS_CONVENTIONS)]
         return min(results, key=lambda r: r[0].max_abs if isinstance(r[0], Mismatch) else math.inf)
 
     # ------------------------------------------------------------------ what each form computes
@@ -151,10 +173,45 @@ class Evidence:
                 worst = max(worst, best)
             return worst
 
+        fallback = None   # a step whose state no candidate explains is identified by its outputs alone
         for group in ([REFERENCE], list(candidates(form, pairs=False)), list(candidates(form, pairs=True))):
-            matched = [(d, i) for i, d in enumerate(map(distance, group)) if d is not None]
-            if matched:
-                return group[min(matched)[1]]
+            matched = sorted((d, i) for i, d in enumerate(map(distance, group)) if d is not None)
+            if matched and form == "forward":
+                return group[matched[0][1]]
+            fallback = fallback or (group[matched[0][1]] if matched else None)
+            for _, i in matched:
+                if self._state_matches(group[i], names):
+                    return group[i]
+        return fallback
+
+    def _state_matches(self, variant: Variant, names: list[str]) -> bool:
+        """Whether the state step returned after its first segment is ``variant``'s, within the
+        float32 tolerance, on every case of ``names`` (in the float64 run or its twin)."""
+        return all(any(self._state_problem(run, variant, self.rule.float32_tolerance) is None
+                       for run in (name, self.twin(name)) if run) for name in names)
+
+    def _state_problem(self, run: str, variant: Variant, tolerance: float, diagnosis: str = "") -> str | None:
+        """What is wrong with the state step returned after its first segment of ``run``, against
+        ``variant``'s (None: nothing), a mismatch followed by ``diagnosis``; without a normalizer
+        a step may keep no z."""
+        out = self.output(run)
+        if not out.states:   # a run that failed after its first segment still has that state
+            return f"{RUN_FAILED} (case {self.label(run)}): {out.error or 'step returned no state'}"
+        tokens = self.first_segment(run)
+        got = out.states[0]
+        if len(got) != 2:
+            return (f"case {self.label(run)}: step returned its state as {len(got)} arrays; "
+                    "expected the pair (S, z)")
+        S_expected, z_expected = self.expected_state(run, variant, tokens)
+        S = min((compare(got[0], e) for e in (S_expected, S_expected.swapaxes(-1, -2))),
+                key=lambda r: r.max_abs if isinstance(r, Mismatch) else math.inf)
+        parts = [("S", S, S_expected)]
+        if variant.normalizer != "missing":
+            parts.append(("z", compare(got[1], z_expected), z_expected))
+        for part, result, expected in parts:
+            if not within(result, scaled(tolerance, expected)):
+                return (f"case {self.label(run)}, the state after {tokens} steps from a fresh start: "
+                        f"{part}: {describe(result)}{diagnosis}")
         return None
 
     def diagnosis(self, form: str, concern: str | None) -> str:
@@ -180,27 +237,24 @@ class Evidence:
 
     def state_item(self, names: list[str], variant: Variant, concern: str | None, what: str) -> Verdict:
         """The state step returned after its first segment on ``names`` against ``variant``'s."""
-        check_z = variant.normalizer != "missing"   # a step without a normalizer may keep no z
-
         def problem(run: str, tolerance: float) -> str | None:
-            out = self.output(run)
-            if not out.states:   # a run that failed after its first segment still has that state
-                return f"{RUN_FAILED} (case {self.label(run)}): {out.error or 'step returned no state'}"
-            tokens = self.first_segment(run)
-            got = out.states[0]
-            if len(got) != 2:
-                return (f"case {self.label(run)}: step returned its state as {len(got)} arrays; "
-                        "expected the pair (S, z)")
-            S_expected, z_expected = self.expected_state(run, variant, tokens)
-            S = min((compare(got[0], e) for e in (S_expected, S_expected.swapaxes(-1, -2))),
-                    key=lambda r: r.max_abs if isinstance(r, Mismatch) else math.inf)
-            parts = [("S", S, S_expected)] + ([("z", compare(got[1], z_expected), z_expected)] if check_z else [])
-            for part, result, expected in parts:
-                if not within(result, scaled(tolerance, expected)):
-                    return (f"case {self.label(run)}, the state after {tokens} steps from a fresh start: "
-                            f"{part}: {describe(result)}{self.diagnosis('step', concern)}")
-            return None
+            return self._state_problem(run, variant, tolerance, self.diagnosis("step", concern))
         return self.rule.judge(names, problem, what)
+
+    def raised(self, form: str) -> str | None:
+        """How ``form`` failed, when it raised on every case of its kind in both dtypes (None
+        otherwise): one plain sentence for every item that needs it."""
+        runs = [run for name in inputs.names(FORM_KIND[form]) for run in (name, self.twin(name)) if run]
+        outputs = [self.output(run) for run in runs]
+        if not outputs or any(out.status != "error" for out in outputs):
+            return None
+        error = next((out.error for out in outputs if out.error and not out.error.startswith("not run")), None)
+        found = RAISED.fullmatch(error or "")
+        if found is None:
+            return f"{form} raised an error on every input it was given ({error or 'no message'})"
+        message = f": {found['message']}" if found["message"] else ""
+        where = f", at `{found['line']}`" if found["line"] else ""
+        return f"{form} raised {found['type']}{message}{where}"
 
     def real_state_problem(self) -> str | None:
         """Whether step's first-segment state is the (S, z) of the tokens it was given, as the
@@ -212,21 +266,53 @@ class Evidence:
 
 # ----------------------------------------------------------------------------- the items
 
+# Where the student's own outputs are compared with each other there is no trusted value:
+# neither is "expected".
+EQUIVALENCE_LABELS = ("forward", "step loop")
+RESUME_LABELS = ("uninterrupted", "resumed")
+
+
 def check_equivalence(ev: Evidence) -> Verdict:
-    """forward and a loop of step calls agree: the student's two forms against each other."""
+    """forward and a loop of step calls agree: the student's two forms against each other.
+    Where both were found to compute one variant whose decay overflows, only the positions
+    before the overflow are compared (the decay items charge the decay)."""
+    shared = ev.forward_variant if ev.forward_variant == ev.step_variant else None
+
     def problem(run: str, tolerance: float) -> str | None:
         steps_run = run.replace("forward_", "steps_", 1)
         forward, step = ev.y(run), ev.y(steps_run)
         for form, got in (("step", step), ("forward", forward)):
             if isinstance(got, str):
                 return f"{form} {got}" if got.startswith(RUN_FAILED) else f"{form}, {got}"
+        if shared is not None:
+            keep = ev.judged_tokens(run, shared)
+            forward, step = forward[:, :keep], step[:, :keep]
+        for form, got in (("step", step), ("forward", forward)):
             if not np.all(np.isfinite(got)):
                 return f"case {ev.label(run)}: {form}'s output is not finite ({describe(compare(got, got))})"
-        result = compare(forward, step.astype(np.float64))
-        if within(result, scaled(tolerance, step)):
+        result = compare(step, forward.astype(np.float64))
+        if within(result, scaled(tolerance, step)) or _apart_only_by_eps(ev, run, steps_run, tolerance):
             return None
-        return f"case {ev.label(run)}: {describe(result)}{_which_form(ev, ev.inputs[steps_run], step, forward, tolerance)}"
+        return (f"case {ev.label(run)}: {describe(result, labels=EQUIVALENCE_LABELS)}"
+                f"{_which_form(ev, ev.inputs[steps_run], step, forward, tolerance)}")
     return ev.rule.judge(inputs.names("forward"), problem, "forward vs a loop of step calls")
+
+
+def _apart_only_by_eps(ev: Evidence, forward_run: str, steps_run: str, tolerance: float) -> bool:
+    """Whether each form is, at ``tolerance``, the computation it was found to do, and those two
+    are one computation but for where EPS sits (a state decayed once more divides gamma N by
+    gamma D + EPS): EPS is no concern, so such forms agree."""
+    forward, step = ev.forward_variant, ev.step_variant
+    if forward is None or step is None or forward == step:
+        return False
+    apart = compare(ev.expected(steps_run, step, "none"), ev.expected(forward_run, forward, "none"))
+    if not within(apart, scaled(tolerance, ev.expected(forward_run, forward, "none"))):
+        return False
+    for run, variant in ((forward_run, forward), (steps_run, step)):
+        result, expected = ev.output_mismatch(run, ev.y(run), variant, None)
+        if not within(result, scaled(tolerance, expected)):
+            return False
+    return True
 
 
 def _which_form(ev: Evidence, case: ProbeCase, step: np.ndarray, forward: np.ndarray, tolerance: float) -> str:
@@ -244,7 +330,7 @@ def _which_form(ev: Evidence, case: ProbeCase, step: np.ndarray, forward: np.nda
     wrong_form = "step" if forward_ok else "forward"
     found = says(ev.variant(wrong_form), wrong_form) if ev.variant(wrong_form) else None
     return (f". forward {'matches' if forward_ok else 'does not match'} the reference and step "
-            f"{'matches' if step_ok else 'does not'}" + (f": {found}" if found else ""))
+            f"{'matches' if step_ok else 'does not'}" + (f". Diagnosis: {found}" if found else ""))
 
 
 def check_normalization(ev: Evidence) -> Verdict:
@@ -363,9 +449,19 @@ def check_causality(ev: Evidence) -> Verdict:
             return None
         b, t, c = (int(i) for i in np.argwhere(diff > bound)[0])
         return (f"changing only tokens after position {cut} changed the output at position {t} (batch {b}, "
-                f"channel {c}) by {diff[b, t, c]:.3g}; the mask must be 0 where i > t (case {ev.label(run)})")
+                f"channel {c}) by {diff[b, t, c]:.3g}; {_leak(ev)} (case {ev.label(run)})")
     names = [f"causal_s{s}_original_float64" for s in inputs.CAUSAL_SHAPES]
     return ev.rule.judge(names, problem, "outputs at or before t ignore every token after t")
+
+
+def _leak(ev: Evidence) -> str:
+    """Why later tokens reach earlier outputs: the named mistake forward was found to make
+    (a mask without the causal cut, or another that lets the future in), else the mask."""
+    variant = ev.forward_variant
+    found = None
+    if variant is not None:
+        found = says(variant, "forward", "causality" if variant.future != "hidden" else None)
+    return f"Diagnosis: {found}" if found else "the mask must be 0 where i > t"
 
 
 def check_state_resume(ev: Evidence) -> Verdict:
@@ -379,13 +475,14 @@ def check_state_resume(ev: Evidence) -> Verdict:
         for got in (whole, split):
             if isinstance(got, str):
                 return got
-        result = compare(split, whole.astype(np.float64))
+        result = compare(split, whole.astype(np.float64))   # the student's two runs: no trusted value
         if within(result, scaled(tolerance, whole)):
             return None
         if not isinstance(result, Mismatch) or not np.all(np.isfinite(whole)):
             return describe(result if isinstance(result, str) else compare(whole, whole))
         return (f"continuing from the state step returned after token {cut - 1}, in a fresh process on a "
-                f"fresh layer, differs from one uninterrupted run: {describe(result)}. step must compute "
+                f"fresh layer, differs from one uninterrupted run: {describe(result, labels=RESUME_LABELS)}. "
+                "step must compute "
                 "from the (S, z) it is given, not from history kept elsewhere")
     verdict = ev.rule.judge(["resume_whole_float64"], problem, "resuming from a state")
     if verdict.status == "passed":
@@ -464,7 +561,22 @@ def _relayed_state_problem(ev: Evidence) -> str | None:
     return None
 
 
-SCAFFOLD_CHECKS: dict[str, Callable[[Evidence], Verdict]] = {
+def needing(forms: tuple[str, ...], check: Callable[[Evidence], Verdict]) -> Callable[[Evidence], Verdict]:
+    """``check``, unless a form it needs raised on every case: then that, said plainly."""
+    def decided(ev: Evidence) -> Verdict:
+        said = [f"{found}; every item that needs {form} is 0 for that reason"
+                for form, found in ((form, ev.raised(form)) for form in forms) if found]
+        return Verdict("failed", "; ".join(said)) if said else check(ev)
+    return decided
+
+
+# The forms each item runs: a form that raised everywhere costs exactly these items.
+NEEDS = {"equivalence": ("forward", "step"), "normalization": ("forward",), "alignment": ("forward", "step"),
+         "causality": ("forward",), "decay_parallel": ("forward",), "decay_recurrent": ("step",),
+         "decay_per_head": ("forward", "step"), "state_fixed_size": ("step",), "state_resume": ("step",),
+         "hybrid_lm": ("forward",)}
+
+SCAFFOLD_CHECKS: dict[str, Callable[[Evidence], Verdict]] = {name: needing(NEEDS[name], check) for name, check in {
     "equivalence": check_equivalence,
     "normalization": check_normalization,
     "alignment": check_alignment,
@@ -474,4 +586,4 @@ SCAFFOLD_CHECKS: dict[str, Callable[[Evidence], Verdict]] = {
     "decay_per_head": check_decay_per_head,
     "state_fixed_size": lambda ev: check_state_fixed_size(ev, check_state_resume(ev)),
     "state_resume": check_state_resume,
-}
+}.items()}

@@ -28,12 +28,13 @@ import torch
 EPS = 1e-6
 EPS_CONVENTIONS = ("add", "none")   # out = num / (den + EPS), or num / den (= clamp(min=EPS) here)
 
-# Per-token decay factor as a function of gamma, by name.
+# Per-token decay factor as a function of gamma and of its logit (per head), by name.
 DECAY_FACTORS = {
-    "gamma": lambda g: g,
-    "none": torch.ones_like,
-    "squared": lambda g: g * g,
-    "one_minus": lambda g: 1 - g,
+    "gamma": lambda g, logit: g,
+    "none": lambda g, logit: torch.ones_like(g),
+    "squared": lambda g, logit: g * g,
+    "one_minus": lambda g, logit: 1 - g,
+    "raw_logit": lambda g, logit: logit,     # gamma_logit itself, without the sigmoid
 }
 HEAD_ORDERS = {
     "own": lambda g: g,
@@ -48,13 +49,17 @@ class Variant:
     """One computation of the layer; the defaults are the reference."""
 
     normalizer: str = "divide"      # divide | missing | unmasked_row (denominator over the whole row)
-    features: str = "phi_qk"        # phi_qk | phi_q_only (k without phi) | phi_v_too
+    #                                 | columns (row t divided by the sum of column t: the query axis)
+    features: str = "phi_qk"        # phi_qk | phi_q_only (k without phi) | phi_v_too | elu (no + 1)
     future: str = "hidden"          # hidden | visible (weights gamma^|t-i| for i > t too)
     diagonal: str = "included"      # included | hidden (i < t, gamma^(t-i)) | read_before_write (gamma^(t-i-1))
     decay_s: str = "gamma"          # the factor applied to S (the numerator): see DECAY_FACTORS
     decay_z: str = "gamma"          # the factor applied to z (the denominator)
     heads: str = "own"              # which head's decay each head uses: see HEAD_ORDERS
     readout: str = "qS"             # qS | transposed (phi(q) contracted with S's value index)
+    merge: str = "transpose"        # transpose | reshape_only ((B, H, T, d_h) reshaped to (B, T, D) as is)
+    carry: str = "updated"          # updated | given (step returns the state it was given)
+    decay_order: str = "decay_then_add"   # decay_then_add | add_then_decay (S = gamma (S + phi(k) v^T))
 
     def put_right(self, concern: str) -> Variant:
         """This variant with the fields of ``concern`` set back to the reference."""
@@ -69,38 +74,56 @@ class Variant:
     def applies_decay(self) -> bool:
         return not (self.decay_s == "none" and self.decay_z == "none")
 
+    def overflow_free_tokens(self, logits: np.ndarray, tokens: int, limit: float) -> int:
+        """How many leading positions keep every decay weight below ``limit``: a decay factor
+        above 1 (the raw logit) grows as factor^(t-i) until the computation overflows, and the
+        positions past that are not compared (the decay items charge the factor)."""
+        gamma = 1 / (1 + np.exp(-np.asarray(logits, dtype=np.float64)))
+        factors = [np.abs(np.asarray(DECAY_FACTORS[d](torch.as_tensor(gamma), torch.as_tensor(logits))))
+                   for d in (self.decay_s, self.decay_z)]
+        largest = max(float(f.max(initial=0.0)) for f in factors)
+        if largest <= 1.0:
+            return tokens
+        return min(tokens, int(np.log(limit) / np.log(largest)) + 1)
+
 
 REFERENCE = Variant()
 
-# Which rubric concern each field belongs to. ``readout`` only has the equivalence item.
+# Which rubric concern each field belongs to. ``readout`` and ``merge`` only have the
+# equivalence item. A step that returns the state it was given (``carry``) shows no decay in
+# that state: decay_recurrent, which judges the state step builds, charges it.
 CONCERN_FIELDS = {
     "normalization": ("normalizer", "features"),
     "causality": ("future",),
     "alignment": ("diagonal",),
-    "decay": ("decay_s", "decay_z"),
+    "decay": ("decay_s", "decay_z", "decay_order", "carry"),
     "heads": ("heads",),
     "readout": ("readout",),
+    "merge": ("merge",),
 }
 CONCERN_OF_FIELD = {name: concern for concern, names in CONCERN_FIELDS.items() for name in names}
 
 # The single mistakes, grouped by the fields they change (a group changes fields together).
 _SINGLE_MISTAKES: dict[str, list[dict[str, str]]] = {
-    "normalizer": [{"normalizer": "missing"}, {"normalizer": "unmasked_row"}],
-    "features": [{"features": "phi_q_only"}, {"features": "phi_v_too"}],
+    "normalizer": [{"normalizer": "missing"}, {"normalizer": "unmasked_row"}, {"normalizer": "columns"}],
+    "features": [{"features": "phi_q_only"}, {"features": "phi_v_too"}, {"features": "elu"}],
     "future": [{"future": "visible"}],
     "diagonal": [{"diagonal": "hidden"}, {"diagonal": "read_before_write"}],
-    "decay": [{"decay_s": d, "decay_z": d} for d in ("none", "squared", "one_minus")]
+    "decay": [{"decay_s": d, "decay_z": d} for d in ("none", "squared", "one_minus", "raw_logit")]
     + [{"decay_z": "none"}, {"decay_s": "none"}],
     "heads": [{"heads": h} for h in ("flipped", "rolled", "first")],
     "readout": [{"readout": "transposed"}],
+    "merge": [{"merge": "reshape_only"}],
+    "state": [{"carry": "given"}, {"decay_order": "add_then_decay"}],
 }
-# What each form can get wrong: the recurrent form cannot see the future or sum a whole row,
-# and its readout is the only one that can be transposed.
+# What each form can get wrong: the recurrent form cannot see the future or sum a whole row or
+# column; its readout is the only one that can be transposed and its state the only one that
+# can be carried wrong; only the parallel form merges (B, H, T, d_h) into (B, T, D).
 FORM_GROUPS = {
-    "forward": ("normalizer", "features", "future", "diagonal", "decay", "heads"),
-    "step": ("normalizer", "features", "diagonal", "decay", "heads", "readout"),
+    "forward": ("normalizer", "features", "future", "diagonal", "decay", "heads", "merge"),
+    "step": ("normalizer", "features", "diagonal", "decay", "heads", "readout", "state"),
 }
-_NOT_IN_STEP = {("normalizer", "unmasked_row")}
+_NOT_IN_STEP = {("normalizer", "unmasked_row"), ("normalizer", "columns")}
 
 
 def candidates(form: str, pairs: bool) -> Iterator[Variant]:
@@ -126,6 +149,11 @@ def _phi(a: torch.Tensor) -> torch.Tensor:
     return torch.where(a > 0, a + 1.0, torch.exp(torch.clamp(a, max=0.0)))
 
 
+def _elu(a: torch.Tensor) -> torch.Tensor:
+    """elu alone: the feature map without its + 1, negative for a < 0."""
+    return _phi(a) - 1.0
+
+
 def _heads(a: torch.Tensor, heads: int) -> torch.Tensor:
     """(B, T, D) -> (B, H, T, d_h)."""
     batch, tokens, dim = a.shape
@@ -143,18 +171,20 @@ def parameters(arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
 
 
 def _qkv(params: dict[str, torch.Tensor], x: torch.Tensor, heads: int, variant: Variant):
-    q = _phi(_heads(_project(params, x, "q_proj"), heads))
+    phi = _elu if variant.features == "elu" else _phi
+    q = phi(_heads(_project(params, x, "q_proj"), heads))
     k = _heads(_project(params, x, "k_proj"), heads)
     v = _heads(_project(params, x, "v_proj"), heads)
-    k = k if variant.features == "phi_q_only" else _phi(k)
+    k = k if variant.features == "phi_q_only" else phi(k)
     v = _phi(v) if variant.features == "phi_v_too" else v
     return q, k, v
 
 
 def _decays(params: dict[str, torch.Tensor], variant: Variant) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-head factors applied to S and to z, shape (H,)."""
-    gamma = HEAD_ORDERS[variant.heads](torch.sigmoid(params["gamma_logit"]))
-    return DECAY_FACTORS[variant.decay_s](gamma), DECAY_FACTORS[variant.decay_z](gamma)
+    logit = HEAD_ORDERS[variant.heads](params["gamma_logit"])
+    gamma = torch.sigmoid(logit)
+    return DECAY_FACTORS[variant.decay_s](gamma, logit), DECAY_FACTORS[variant.decay_z](gamma, logit)
 
 
 def attention(params: dict[str, torch.Tensor], x: torch.Tensor, heads: int,
@@ -167,7 +197,10 @@ def attention(params: dict[str, torch.Tensor], x: torch.Tensor, heads: int,
     visible = torch.ones_like(lag, dtype=torch.bool) if variant.future == "visible" else lag >= 0
     if variant.diagonal != "included":
         visible = visible & (lag != 0)
+    if variant.carry == "given":   # every step starts from the fresh state again: token t alone
+        visible = visible & (lag == 0)
     exponent = (lag.abs() - (1.0 if variant.diagonal == "read_before_write" else 0.0)).clamp(min=0)
+    exponent = exponent + (1.0 if variant.decay_order == "add_then_decay" else 0.0)
     factor_s, factor_z = _decays(params, variant)
 
     def weights(factor: torch.Tensor) -> torch.Tensor:   # (H, T, T)
@@ -182,21 +215,26 @@ def attention(params: dict[str, torch.Tensor], x: torch.Tensor, heads: int,
         out = numerator
     else:
         row = scores if variant.normalizer == "unmasked_row" else scores * weights(factor_z)
-        denominator = row.sum(-1, keepdim=True)
+        denominator = (row.sum(-2).unsqueeze(-1) if variant.normalizer == "columns"
+                       else row.sum(-1, keepdim=True))
         out = numerator / (denominator + EPS if eps == "add" else denominator)
     batch, _, _, head_dim = out.shape
-    merged = out.transpose(1, 2).reshape(batch, tokens, heads * head_dim)
+    merged = (out if variant.merge == "reshape_only" else out.transpose(1, 2)).reshape(batch, tokens, heads * head_dim)
     return _project(params, merged, "out_proj")
 
 
 def state_after(params: dict[str, torch.Tensor], x: torch.Tensor, heads: int,
                 variant: Variant = REFERENCE) -> tuple[np.ndarray, np.ndarray]:
     """(S, z) after stepping through all of x from a zero state: S (B, H, d_k, d_v) = sum_i
-    f_s^(T-1-i) phi(k_i) v_i^T and z (B, H, d_k) = sum_i f_z^(T-1-i) phi(k_i)."""
+    f_s^(T-1-i) phi(k_i) v_i^T and z (B, H, d_k) = sum_i f_z^(T-1-i) phi(k_i) (one factor more
+    when the state is decayed after the write; the zero state when step hands back its input)."""
     _, k, v = _qkv(params, x, heads, variant)
     tokens = x.shape[1]
     age = (tokens - 1 - torch.arange(tokens, dtype=x.dtype))          # (T,)
+    age = age + (1.0 if variant.decay_order == "add_then_decay" else 0.0)
     factor_s, factor_z = _decays(params, variant)
+    if variant.carry == "given":
+        k, v = torch.zeros_like(k), torch.zeros_like(v)
     S = torch.einsum("bhtd,bhte,ht->bhde", k, v, factor_s[:, None] ** age)
     z = torch.einsum("bhtd,ht->bhd", k, factor_z[:, None] ** age)
     return S.numpy(), z.numpy()
@@ -229,6 +267,12 @@ _SAYS = {
     ("normalizer", "unmasked_row"): {
         "forward": "forward's denominator sums the scores of the whole row: it must use the same decayed, "
                    "causal weights as the numerator"},
+    ("normalizer", "columns"): {
+        "forward": "forward's denominator sums the weights over the wrong axis (the query axis, sum(dim=-2), "
+                   "which also takes in later tokens): row t must be divided by the sum of its own decayed "
+                   "weights over i <= t, sum(dim=-1)"},
+    ("features", "elu"): "{form}'s feature map is not positive (elu without the + 1?): phi = elu + 1 > 0 keeps "
+                         "every phi(q).phi(k) positive, so the normalizer cannot come near 0 or change sign",
     ("features", "phi_q_only"): "{form} applies the feature map to q but not to k: both q and k go through "
                                 "phi = elu + 1",
     ("features", "phi_v_too"): "{form} applies the feature map to v as well: only q and k go through phi",
@@ -250,6 +294,9 @@ _SAYS = {
                           "factor gamma",
     ("decay", "one_minus"): "{form} uses 1 - gamma as the decay: gamma = sigmoid(gamma_logit) is the "
                             "fraction of the state kept per token",
+    ("decay", "raw_logit"): "{form} uses the raw gamma_logit as the decay: the decay is gamma = "
+                            "sigmoid(gamma_logit) (self.decay), in (0, 1); the logit itself can be negative or "
+                            "above 1, and a factor above 1 grows without bound",
     ("decay", "z_only"): {
         "forward": "forward decays the denominator but not the numerator: both use gamma^(t-i)",
         "step": "z is decayed but S is not: decay the state S too"},
@@ -261,6 +308,15 @@ _SAYS = {
     ("heads", "first"): "every head uses head 0's decay: head h must use its own gamma_h",
     ("readout", "transposed"): "step reads the state out transposed: with S = phi(k) v^T the output is "
                                "phi(q)^T S, contracting q with S's key index",
+    ("merge", "reshape_only"): "forward merges the heads without the transpose: the (B, H, T, d_h) output must "
+                               "become (B, T, H, d_h) (transpose(1, 2)) before the reshape to (B, T, D); "
+                               "without it each output row holds pieces of other positions, later ones too",
+    ("carry", "given"): "step returns the state it was given, not the one it computed: return the updated "
+                        "(S, z), so that the next call goes on from it",
+    ("decay_order", "add_then_decay"): "step decays the state once more than the recurrence says: S = gamma S "
+                                       "+ phi(k) v^T and z = gamma z + phi(k) (decay, then add the token), not "
+                                       "gamma (S + phi(k) v^T); the outputs agree, but the state is gamma times "
+                                       "the recurrence's",
 }
 
 
