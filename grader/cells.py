@@ -105,6 +105,23 @@ def _inside_folder(path: object) -> bool:
     return isinstance(path, str) and "\\" not in path and all(p not in ("", ".", "..") for p in path.split("/"))
 
 
+FIRST_LINE_CHARS = 80
+
+
+def first_line(code: str) -> str:
+    """A cell's first non-blank line, shortened: with its number, how a student finds it."""
+    line = next((line.strip() for line in code.splitlines() if line.strip()), "")
+    return line if len(line) <= FIRST_LINE_CHARS else line[: FIRST_LINE_CHARS - 3] + "..."
+
+
+def code_cell_label(number: int, execution_count: int | None = None, first: str = "") -> str:
+    """A cell as the student finds it: ``code cell 7 (In[7], `x = f(1)`)``, numbered from 1 among
+    the notebook's code cells (markdown cells are not counted), with the traceback's ``In[n]``."""
+    details = [f"In[{execution_count}]"] if execution_count is not None else []
+    details += [f"`{first}`"] if first else []
+    return f"code cell {number}" + (f" ({', '.join(details)})" if details else "")
+
+
 def question_id(cell: Any) -> str | None:
     g2c = cell.get("metadata", {}).get("g2c", {})
     qid = g2c.get("question") if isinstance(g2c, dict) else None

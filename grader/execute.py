@@ -10,6 +10,7 @@ which the kernel cannot reach (see ``harness/run_notebook.py``).
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import shutil
 import sys
@@ -54,13 +55,39 @@ class ExecutionResult:
 
     def problems(self) -> list[str]:
         """Readable reasons why the run was not clean (empty when every cell ran)."""
-        found = [f"cell {c.index}{f' ({c.cell_id})' if c.cell_id else ''}: {c.error or c.status}"
-                 for c in self.cells if c.status in ("error", "timeout")]
+        found = [f"{self.cell_label(c)}: {c.error or c.status}" for c in self.cells if c.status in ("error", "timeout")]
         not_run = [c for c in self.cells if c.status == "not_run"]
         if not_run:
             found.append(f"{len(not_run)} cells did not run (kernel {self.kernel})")
         if self.timed_out:
             found.append("the notebook was stopped at its overall time limit")
+        return found
+
+
+    def cell_label(self, run: CellRun) -> str:
+        """How the student finds ``run``'s cell (``cells.code_cell_label``): which cell comes from
+        the driver's record, its source and ``In[n]`` from the executed notebook it vouched for."""
+        number = sorted(c.index for c in self.cells).index(run.index) + 1
+        source, count = self._code_cells.get(run.index, ("", None))
+        return cells.code_cell_label(number, count, cells.first_line(source))
+
+    def cell_source(self, run: CellRun) -> str:
+        """The code the cell ran, as the executed notebook records it ("" when it is not kept)."""
+        return self._code_cells.get(run.index, ("", None))[0]
+
+    @functools.cached_property
+    def _code_cells(self) -> dict[int, tuple[str, int | None]]:
+        """Notebook position -> (source, execution count) of the executed notebook's code cells."""
+        try:
+            listed = json.loads(self.executed_notebook or b"{}").get("cells", [])
+        except (ValueError, RecursionError, AttributeError):
+            return {}
+        found = {}
+        for index, cell in enumerate(listed if isinstance(listed, list) else []):
+            if isinstance(cell, dict) and cell.get("cell_type") == "code":
+                count = cell.get("execution_count")
+                found[index] = (cells.source(cell) if isinstance(cell.get("source", ""), (str, list)) else "",
+                                count if isinstance(count, int) and not isinstance(count, bool) else None)
         return found
 
 

@@ -56,13 +56,13 @@ def test_raising_cells_are_numbered_as_the_student_counts_them_and_link_the_item
         # code cells 2 and 3 (notebook positions 3 and 5), each shown once with its In [n]
         assert [anchor for anchor, _ in boxes] == ["cell-2", "cell-3"], page_name
         first, fifth = boxes[0][1], boxes[1][1]
-        assert "code cell 2 (In [2])" in first and "<code>x = undefined_name + 1</code>" in first
-        assert "code cell 3 (In [3])" in fifth and "<code># Exercise 5: the memory bill</code>" in fifth
+        assert "code cell 2 (In[2])" in first and "<code>x = undefined_name + 1</code>" in first
+        assert "code cell 3 (In[3])" in fifth and "<code># Exercise 5: the memory bill</code>" in fifth
         # the student's own cell costs the run only; Exercise 5's cell costs the run and every bill item
         assert re.findall(r'href="#item-([a-z_A-Z0-9]+)"', first) == ["notebook_runs"]
         assert re.findall(r'href="#item-([a-z_A-Z0-9]+)"', fifth) == ["notebook_runs", *bills]
         card = re.search(rf'<div class="item" id="item-{bills[0]}">(.*?)</div>', html, re.S).group(1)
-        assert 'Cost by the error in <a href="#cell-3">code cell 3 (In [3])</a>' in card
+        assert 'Cost by the error in <a href="#cell-3">code cell 3 (In[3])</a>' in card
         assert html.count('class="cell"') == 2 and len(re.findall(r'<div class="item"', html)) == len(
             re.findall(r'<div class="item" id="item-[^"]+"', html))
 

@@ -75,7 +75,6 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # A number standing alone (not the 64 of float64 or the 1 of ex1), for grouping messages.
 _NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![\w.])", re.IGNORECASE)
 MAX_MESSAGE_CHARS = 200
-MAX_FIRST_LINE_CHARS = 80
 # What written_inputs.json records per question, in the order a TA reads it.
 GROUNDING_PARTS = (("reported", "the student's reported run (the one the answer discusses)"),
                    ("grounding", "the grader's re-run, in grading mode"),
@@ -115,8 +114,7 @@ class CellProblem:
 
     @property
     def label(self) -> str:
-        count = f" (In [{self.execution_count}])" if self.execution_count else ""
-        return f"code cell {self.number}{count}"
+        return cells.code_cell_label(self.number, self.execution_count)
 
 
 @dataclass
@@ -221,9 +219,8 @@ def cell_problems(executed: Path, result: GradeResult | None = None) -> list[Cel
         printed = "".join(_text(o.get("text", "")) for o in outputs
                           if isinstance(o, dict) and o.get("output_type") == "stream")
         traceback = _ANSI.sub("", "\n".join(map(str, error.get("traceback", []))))
-        first = next((line.strip() for line in cells.source(cell).splitlines() if line.strip()), "")
         count = cell.get("execution_count")
-        found.append(CellProblem(number, _shorten(first, MAX_FIRST_LINE_CHARS),
+        found.append(CellProblem(number, cells.first_line(cells.source(cell)),
                                  count if isinstance(count, int) and not isinstance(count, bool) else None,
                                  f"{error.get('ename', 'Error')}: {error.get('evalue', '')}",
                                  _tail(traceback, MAX_TRACEBACK_CHARS), _tail(printed, MAX_STREAM_CHARS),
@@ -514,10 +511,6 @@ def _text(value: Any) -> str:
 
 def _tail(text: str, limit: int) -> str:
     return text if len(text) <= limit else "[... truncated ...]\n" + text[-limit:]
-
-
-def _shorten(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _last_line(text: str) -> str:

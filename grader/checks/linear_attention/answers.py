@@ -8,16 +8,12 @@ notebook the driver vouched for, never from a value the notebook's code exported
 """
 from __future__ import annotations
 
-import json
 import math
 import re
-from functools import lru_cache
 from typing import Any, Callable
 
 from grader.checks import CheckContext, Verdict
-from grader.execute import CellRun, ExecutionResult
-
-FIRST_LINE_CHARS = 80
+from grader.execute import ExecutionResult
 
 
 def memory_bill_expected(setting: dict[str, Any]) -> dict[str, float]:
@@ -87,46 +83,15 @@ def _missing_answer(context: CheckContext, name: str, value: Any) -> str | None:
 
 def _why_undefined(execution: ExecutionResult, name: str) -> str:
     """The cell that raised, preferring one that assigns ``name``; or that none raised."""
-    runs = sorted(execution.cells, key=lambda run: run.index)
-    sources = _code_cells(execution.executed_notebook) if execution.executed_notebook else {}
     assigns = re.compile(rf"(?m)^[ \t]*{re.escape(name)}[ \t]*(?:\[[^\]\n]*\][ \t]*)?(?::[^=\n]*)?=(?!=)")
-    raised = [run for run in runs if run.status in ("error", "timeout")]
+    raised = [run for run in sorted(execution.cells, key=lambda run: run.index) if run.status in ("error", "timeout")]
     if not raised:
-        if sources and not any(assigns.search(source) for source, _ in sources.values()):
+        kept = [execution.cell_source(run) for run in execution.cells]
+        if any(kept) and not any(assigns.search(source) for source in kept):
             return f"no cell raised, and no code cell assigns {name} (is its exercise still to do?)"
         return "no cell raised (is the name spelled as the exercise asks?)"
-    cell = next((run for run in raised if assigns.search(sources.get(run.index, ("", None))[0])), raised[0])
-    return f"{_cell_as_seen(cell, runs.index(cell) + 1, sources.get(cell.index))} raised {cell.error or cell.status}"
-
-
-def _cell_as_seen(cell: CellRun, position: int, source: tuple[str, int | None] | None) -> str:
-    """'code cell 7 (In[7], `MEMORY_BILL = ...`)': how the student finds the cell."""
-    text, count = source or ("", None)
-    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    if len(first) > FIRST_LINE_CHARS:
-        first = first[: FIRST_LINE_CHARS - 3] + "..."
-    details = [f"In[{count}]"] if count is not None else []
-    details += [f"`{first}`"] if first else []
-    return f"code cell {position}" + (f" ({', '.join(details)})" if details else "")
-
-
-@lru_cache(maxsize=4)
-def _code_cells(notebook: bytes) -> dict[int, tuple[str, int | None]]:
-    """Cell index -> (source, execution count) of the executed notebook's code cells."""
-    try:
-        cells = json.loads(notebook).get("cells", [])
-    except (ValueError, RecursionError, AttributeError):
-        return {}
-    found = {}
-    for index, cell in enumerate(cells if isinstance(cells, list) else []):
-        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
-            continue
-        source = cell.get("source", "")
-        source = "".join(source) if isinstance(source, list) else source
-        count = cell.get("execution_count")
-        found[index] = (source if isinstance(source, str) else "",
-                        count if isinstance(count, int) and not isinstance(count, bool) else None)
-    return found
+    cell = next((run for run in raised if assigns.search(execution.cell_source(run))), raised[0])
+    return f"{execution.cell_label(cell)} raised {cell.error or cell.status}"
 
 
 def _is_number(value: Any) -> bool:
