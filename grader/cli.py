@@ -7,6 +7,7 @@ finds the solution or template graded wrongly or ``check`` finds the notebook no
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
@@ -211,7 +212,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     check. Both run the notebook's code, so check.py runs in the grading sandbox, on copies of the
     assignment folder and of the notebook in its scratch: 0 when check.py finds the notebook
     ready, else 1."""
-    name = args.assignment or _assignment_with_check()
+    name = args.assignment or _assignment_of(Path(args.notebook))
     assignment = Assignment(name, PROJECT_ROOT)
     folder = assignment.template_path.parent
     if not (folder / CHECK_SCRIPT).is_file():
@@ -254,13 +255,25 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0 if result.returncode == 0 else 1
 
 
-def _assignment_with_check() -> str:
-    """The one assignment that ships a check.py; with none or several, --assignment must say."""
+def _assignment_of(notebook: Path) -> str:
+    """Whose check.py runs on ``notebook``: the one assignment that ships one, else the one whose
+    student notebook shares the most cell ids with it (the grader matches cells by id too)."""
     found = sorted(p.parent.name for p in (PROJECT_ROOT / "assignments").glob(f"*/{CHECK_SCRIPT}"))
-    if len(found) != 1:
-        shipped = f"{len(found)} assignments ship one ({', '.join(found)})" if found else "no assignment ships one"
-        raise CommandError(f"which assignment's {CHECK_SCRIPT}? {shipped}; pass --assignment NAME")
-    return found[0]
+    if len(found) == 1:
+        return found[0]
+    try:
+        path = notebook.resolve()
+        cap = int(Limits().notebook_max_mib * 2**20)   # the rubric's default; the check itself applies the real one
+        cells_of = json.loads(read_file(path, path.parent, cap, str(notebook))).get("cells")
+        ids = {c.get("id") for c in cells_of if isinstance(c, dict)} if isinstance(cells_of, list) else set()
+    except (Refused, ValueError, RecursionError, AttributeError, TypeError):
+        ids = set()
+    shared = {name: len(ids & {c.get("id") for c in Assignment(name, PROJECT_ROOT).template.cells}) for name in found}
+    best = [name for name, count in shared.items() if count and count == max(shared.values())]
+    if len(best) != 1:
+        raise CommandError(f"which assignment's {CHECK_SCRIPT}? {notebook} matches "
+                           f"{' and '.join(best) if best else 'none'} of {', '.join(found)}; pass --assignment NAME")
+    return best[0]
 
 
 def _hidden_paths(assignment: Assignment) -> list[Path]:
@@ -372,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("check", help="run an assignment's check.py on a notebook, as a student would, "
                                           "in the grading sandbox")
     p.add_argument("notebook", help="the notebook to check")
-    p.add_argument("--assignment", help="whose check.py (needed when several assignments ship one)")
+    p.add_argument("--assignment", help="whose check.py (default: the assignment whose notebook it matches)")
     p.add_argument("--run", action="store_true", dest="run_notebook",
                    help="check.py --run: also run the notebook as grading does")
     _add_isolation_options(p)

@@ -503,8 +503,8 @@ def runs(tmp_path_factory, ta) -> dict[str, Run]:
                          ROOT, None, {}),
         "grader_check_hostile": (python + ["-m", "grader.cli", "check", str(hostile), "--assignment",
                                            "linear_attention"], ta["cwd"], None, ta_env),
-        "grader_check_run": (python + ["-m", "grader.cli", "check", str(HYENA_REFERENCE), "--assignment", HYENA,
-                                       "--run"], ROOT, None, {}),
+        # no --assignment: the notebook's cell ids say it is the hyena assignment's
+        "grader_check_run": (python + ["-m", "grader.cli", "check", str(HYENA_REFERENCE), "--run"], ROOT, None, {}),
     }
     started = {}
     for name, (command, cwd, blocked, extra_env) in plans.items():
@@ -613,6 +613,17 @@ def test_grader_check_refuses_without_a_sandbox(tmp_path, monkeypatch, capsys):
     out, err = capsys.readouterr()
     assert "WARNING: graded WITHOUT isolation" in err
     assert "the grader cannot grade this notebook: the file is not valid JSON" in out
+
+
+def test_grader_check_finds_the_assignment_by_its_cell_ids(tmp_path):
+    """Both assignments ship a check.py: the notebook's own cell ids choose, and a notebook of
+    neither (or unreadable) asks for --assignment instead of guessing."""
+    assert cli._assignment_of(REFERENCE) == "linear_attention"
+    assert cli._assignment_of(HYENA_REFERENCE) == HYENA
+    broken = tmp_path / "broken.ipynb"
+    broken.write_bytes(CASES["broken_json"]())
+    with pytest.raises(cli.CommandError, match="matches none of .*; pass --assignment NAME"):
+        cli._assignment_of(broken)
 
 
 def test_check_ships_standalone(runs):

@@ -43,7 +43,7 @@ from grader.score import GradeResult, ItemResult
 from grader.written import CACHE_FOLDER, USAGE_FILE
 from grader.written.client import BATCH_STATE
 from test_injection import FIRST, _answer_cell, _with_answer
-from test_pages import CHROMIUM, CHROMIUM_FLAGS, assert_items_shown_once
+from test_pages import CHROMIUM, CHROMIUM_FLAGS, assert_items_shown_once, serious_violations
 
 GRADER = ROOT / ".venv" / "bin" / "grader"
 PACKAGE = "g2c/linear_attention/attention.py"
@@ -434,6 +434,7 @@ def test_no_page_runs_script(hostile):
     pages = [out / SUMMARY_PAGE, *sorted(out.glob(f"*/{REPORT_PAGE}")), *sorted(out.glob(f"*/{REVIEW_PAGE}")),
              *sorted(out.glob(f"*/{EXECUTED_PAGE}"))]
     dialogs: list[str] = []
+    inaccessible: list[str] = []
     with sync_playwright() as driver:
         browser = driver.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS)
         try:
@@ -455,9 +456,11 @@ def test_no_page_runs_script(hostile):
                     tests = json.loads((path.parent / "results.json").read_text())["tests"]
                     assert_items_shown_once(page, path, [t["extra_data"]["id"] for t in tests
                                                          if path.name == REVIEW_PAGE or t["visibility"] == "visible"])
+                if path.name != EXECUTED_PAGE:   # what a student names a file must not break a page's accessibility
+                    inaccessible += serious_violations(page)
         finally:
             browser.close()
-    assert dialogs == []
+    assert dialogs == [] and inaccessible == []
     summary = (out / SUMMARY_PAGE).read_text()
     assert "&lt;script&gt;" in (out / safe_id('"><script>alert(1)<') / REVIEW_PAGE).read_text()
     assert safe_id("javascript:alert(1)") in summary
