@@ -4,17 +4,39 @@ Results are written as each submission finishes. A submission whose results.json
 carries the current cache key (same notebook and package file bytes, grader version,
 assignment files and limits) is not executed again, so an interrupted batch resumes where it
 stopped.
+
+Lifecycle: the workers never outlive the coordinator (the process that calls
+:func:`grade_batch`), however it ends.
+
+* Only the coordinator writes results, as they arrive: a worker left running could never
+  write one after the coordinator is gone.
+* Each worker asks the kernel for SIGTERM when the coordinator dies (``PR_SET_PDEATHSIG``);
+  SIGTERM stops the sandbox run it is in (the sandbox kills the run's whole tree and its
+  scratch is removed) and the worker exits without a result.
+* A :class:`grader.sandbox.Guard`, outside the coordinator's process group, watches the
+  workers: when the coordinator closes it or dies (``kill -9`` included) it sends them
+  SIGTERM, SIGKILL after a grace period, and kills every process a sandbox uid left.
+* SIGINT (Ctrl-C) and SIGTERM to the coordinator stop the pool the same way and raise
+  :class:`BatchInterrupted`, which says how many submissions are graded and how to resume.
+  Workers ignore SIGINT: Ctrl-C reaches the terminal's whole process group, and the
+  coordinator decides.
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import multiprocessing
 import os
+import signal
 import sys
+import threading
 import traceback
+from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import TextIO
 
 from grader import __version__
@@ -25,7 +47,7 @@ from grader.pipeline import GRADER_ERROR_NOTE, GRADER_ERRORS, SubmissionGrader
 from grader.report.results import RESULTS_FILE, write_result
 from grader.report.terminal import RunProgress
 from grader.rubric import Rubric
-from grader.sandbox import Sandbox
+from grader.sandbox import Guard, Sandbox
 from grader.score import GradeResult, ItemResult, result_from_json, written_item
 
 
@@ -40,27 +62,98 @@ def unreadable_result(submission: SubmissionPath, rubric: Rubric, reason: str, s
 
 # Worker processes build their grader once; it is not picklable across processes.
 _worker: SubmissionGrader | None = None
+_grading = False   # a worker is inside _grade_in_worker (SIGTERM then cleans up before exiting)
+_PR_SET_PDEATHSIG = 1   # <linux/prctl.h>
 
 
-def _init_worker(assignment: Assignment, sandbox: Sandbox, rubric: Rubric) -> None:
+class _Stopped(BaseException):
+    """Raised in a worker by SIGTERM. Not an Exception: no ``except Exception`` of the pipeline
+    may keep the worker grading."""
+
+
+def _init_worker(assignment: Assignment, sandbox: Sandbox, rubric: Rubric, coordinator: int) -> None:
     global _worker
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _on_stop)
+    _die_with(coordinator)
     _worker = SubmissionGrader(assignment, sandbox, rubric)
 
 
-def _grade_in_worker(submission: SubmissionPath, out_dir: Path) -> GradeResult:
+def _die_with(parent: int) -> None:
+    """Have the kernel send this process SIGTERM when ``parent`` (the thread that started it) dies."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:   # it died before the signal was armed
+        os._exit(1)
+
+
+def _on_stop(signum: int, frame: FrameType | None) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)   # once: the cleanup it starts runs to its end
+    if not _grading:
+        os._exit(1)
+    raise _Stopped
+
+
+def _grade_in_worker(submission: SubmissionPath) -> GradeResult:
+    global _grading
+    _grading = True
     try:
-        result = _worker.grade(submission.path, submission.submission_id, submission.folder)
-        result.notes[:0] = submission.notes
-        result.submitted_as = submission.original
-    except Exception:  # a grader bug must not take the batch down; the traceback is kept
-        detail = traceback.format_exc()
-        result = unreadable_result(submission, _worker.rubric,
-                                   f"{GRADER_ERROR_NOTE}, please report it (not your fault; it will be regraded)")
-        result.grader_errors = ["*"]
-        result.artifacts[GRADER_ERRORS] = detail.encode()   # hidden code: beside results.json, not in it
-        sys.stderr.write(f"{submission.submission_id}: {GRADER_ERROR_NOTE}, see {GRADER_ERRORS}\n")
-    write_result(out_dir, result)
+        try:
+            result = _worker.grade(submission.path, submission.submission_id, submission.folder)
+            result.notes[:0] = submission.notes
+            result.submitted_as = submission.original
+        except Exception:  # a grader bug must not take the batch down; the traceback is kept
+            detail = traceback.format_exc()
+            result = unreadable_result(submission, _worker.rubric,
+                                       f"{GRADER_ERROR_NOTE}, please report it (not your fault; it will be regraded)")
+            result.grader_errors = ["*"]
+            result.artifacts[GRADER_ERRORS] = detail.encode()   # hidden code: beside results.json, not in it
+            sys.stderr.write(f"{submission.submission_id}: {GRADER_ERROR_NOTE}, see {GRADER_ERRORS}\n")
+    except _Stopped:
+        # The sandbox run and its scratch were cleaned up on the way here; the coordinator is
+        # gone or stopping and takes no result, so the submission stays ungraded.
+        os._exit(1)
+    finally:
+        _grading = False
     return result
+
+
+class BatchInterrupted(Exception):
+    """SIGINT or SIGTERM stopped :func:`grade_batch`; every result that arrived before is written."""
+
+    def __init__(self, signum: int, graded: int, total: int) -> None:
+        self.signum, self.graded, self.total = signum, graded, total
+        super().__init__(f"stopped by {signal.Signals(signum).name}: graded {graded} of {total} submissions; "
+                         f"run the same command again to grade the remaining {total - graded}")
+
+    @property
+    def exit_status(self) -> int:
+        """The shell's convention for a process ended by a signal: 128 + its number."""
+        return 128 + self.signum
+
+
+class _Terminated(BaseException):
+    """SIGTERM in the coordinator, raised where its main thread is (as KeyboardInterrupt for SIGINT)."""
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise _Terminated
+
+
+@contextlib.contextmanager
+def _signals(**handlers: object) -> Iterator[None]:
+    """Set signal handlers (``SIGTERM=...``) for the block, in the main thread only (where Python
+    runs them); elsewhere the block runs as is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {name: signal.signal(getattr(signal, name), handler) for name, handler in handlers.items()}
+    try:
+        yield
+    finally:
+        for name, handler in previous.items():
+            signal.signal(getattr(signal, name), handler)
 
 
 @dataclass
@@ -73,7 +166,8 @@ class BatchOutcome:
 def grade_batch(submissions: list[SubmissionPath], assignment: Assignment, sandbox: Sandbox,
                 rubric: Rubric, out_dir: Path, workers: int,
                 progress: TextIO = sys.stderr) -> BatchOutcome:
-    """Grade everything not already graded with the current cache key; returns all results."""
+    """Grade everything not already graded with the current cache key; returns all results.
+    Raises :class:`BatchInterrupted` after SIGINT or SIGTERM, once nothing is left running."""
     out_dir.mkdir(parents=True, exist_ok=True)
     key_for = SubmissionGrader(assignment, sandbox, rubric).cache_key
     declared = package_files(assignment.template)
@@ -96,24 +190,52 @@ def grade_batch(submissions: list[SubmissionPath], assignment: Assignment, sandb
     reused = len(results)
     if reused:
         progress.write(f"{reused} of {len(submissions)} submissions already graded (unchanged); skipping them\n")
-    with RunProgress(progress, "grading", len(submissions), reused) as bar:
-        if todo:
-            # spawn, not fork: a forked child of a process whose torch thread pool is running deadlocks.
-            with ProcessPoolExecutor(max_workers=max(1, min(workers, len(todo))), initializer=_init_worker,
-                                     initargs=(assignment, sandbox, rubric),
-                                     mp_context=multiprocessing.get_context("spawn")) as pool:
-                pending: dict[Future, SubmissionPath] = {pool.submit(_grade_in_worker, s, out_dir): s
-                                                         for s in todo}
-                while pending:
-                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                    for future in done:
-                        pending.pop(future)
-                        result = future.result()
-                        results.append(result)
-                        bar.advance(f"{result.submission_id}: {result.score:g}/{result.max_score:g} "
-                                    f"({result.execution_time:.0f} s)")
+    try:
+        with _signals(SIGTERM=_raise_terminated), RunProgress(progress, "grading", len(submissions), reused) as bar:
+            if todo:
+                _run_pool(todo, assignment, sandbox, rubric, out_dir, workers, results, bar)
+    except (KeyboardInterrupt, _Terminated) as exc:
+        signum = signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT
+        raise BatchInterrupted(signum, len(results), len(submissions)) from None
     internal = sum(1 for r in results if r.grader_errors)
     return BatchOutcome(results, reused, internal)
+
+
+def _run_pool(todo: list[SubmissionPath], assignment: Assignment, sandbox: Sandbox, rubric: Rubric,
+              out_dir: Path, workers: int, results: list[GradeResult], bar: RunProgress) -> None:
+    """Grade ``todo`` on a pool of worker processes, writing and appending each result as it
+    arrives. However this ends (an interrupt, an error), no worker or sandbox is left running."""
+    guard = Guard()
+    # spawn, not fork: a forked child of a process whose torch thread pool is running deadlocks.
+    pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(todo))), initializer=_init_worker,
+                               initargs=(assignment, sandbox, rubric, os.getpid()),
+                               mp_context=multiprocessing.get_context("spawn"))
+    finished = False
+    try:
+        pending: dict[Future, SubmissionPath] = {pool.submit(_grade_in_worker, s): s for s in todo}
+        # The submits above started every worker (the pool has no public list of them).
+        for process in list(pool._processes.values()):
+            guard.watch(process.pid)
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                pending.pop(future)
+                result = future.result()
+                write_result(out_dir, result)
+                results.append(result)
+                bar.advance(f"{result.submission_id}: {result.score:g}/{result.max_score:g} "
+                            f"({result.execution_time:.0f} s)")
+        finished = True
+    finally:
+        # A second Ctrl-C must not cut the cleanup short (kill -9 still can: the guard finishes it).
+        with _signals(SIGINT=signal.SIG_IGN, SIGTERM=signal.SIG_IGN):
+            if finished:
+                pool.shutdown(wait=True)
+                guard.close(clean=True)
+            else:
+                pool.shutdown(wait=False, cancel_futures=True)
+                guard.close()   # the workers: SIGTERM, SIGKILL after a grace; then the sandboxes' orphans
+                pool.shutdown(wait=True)
 
 
 def _previous_result(out_dir: Path, submission_id: str) -> GradeResult | None:

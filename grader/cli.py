@@ -2,7 +2,7 @@
 
 Exit status: 0 when the command did its job (whatever the scores), 1 when ``validate``
 finds the solution or template graded wrongly or ``check`` finds the notebook not ready,
-2 when the grader itself could not run.
+2 when the grader itself could not run, 128 + N when signal N (SIGINT, SIGTERM) stopped ``grade``.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from grader import assign
 from grader.assignment import PROJECT_ROOT, Assignment
-from grader.batch import default_workers, grade_batch
+from grader.batch import BatchInterrupted, default_workers, grade_batch
 from grader.intake import Refused, discover, read_file, safe_id
 from grader.load import package_files
 from grader.pipeline import GRADER_ERRORS
@@ -103,7 +103,11 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     before = {r.submission_id: r for r in read_results(out_dir)}
     print(f"grading {len(submissions)} submissions of {assignment.name} into {out_dir} "
           f"with {args.workers} workers", file=sys.stderr)
-    outcome = grade_batch(submissions, assignment, sandbox, rubric, out_dir, args.workers)
+    try:
+        outcome = grade_batch(submissions, assignment, sandbox, rubric, out_dir, args.workers)
+    except BatchInterrupted as stopped:   # nothing is left running; what was graded is written
+        print(f"grader: {stopped}", file=sys.stderr)
+        return stopped.exit_status
     if args.llm_guard and args.llm == "off":
         print("--llm-guard asks the model, and --llm is off: no second opinion was asked "
               "(the grader's own detector still flagged what it recognizes)", file=sys.stderr)

@@ -41,8 +41,9 @@ How a command is isolated (bubblewrap, ``bwrap``)
 * **Scratch**: the caller's ``scratch`` directory is bound read-write *at its own host
   path* and the command starts there (cwd and ``HOME``), so argv can name files in scratch
   by their host paths. Everything in scratch is handed to the sandbox user before each run
-  (ownership changed, symlinks not followed): whatever is found there afterwards was
-  possibly written by the student, and the trusted side must read it as such.
+  (ownership changed, symlinks not followed), and back to the grader before that uid is
+  free again: whatever is found there afterwards was possibly written by the student, and
+  the trusted side must read it as such.
 * **An unprivileged user**: ``RLIMIT_NPROC`` is not enforced for root, nor for a user
   namespace's user mapped onto host root (the kernel exempts kuid 0), and bwrap run by root
   keeps every capability in the sandbox. So when the grader runs as root, bwrap gets *no*
@@ -68,7 +69,11 @@ How a command is isolated (bubblewrap, ``bwrap``)
 * **Watchdog**: after the wall-clock timeout the whole tree is killed (bwrap, whose
   ``--die-with-parent`` takes the PID namespace down, its session, and every process of the
   sandbox uid) and the result has ``timed_out=True``, ``returncode=None``. Nothing of a run
-  outlives it, timed out or not. stdout and stderr are read concurrently; beyond
+  outlives it, timed out or not, nor when the watch is cut short (an exception in the
+  grader's thread, such as its worker told to stop). Nothing outlives the grader either:
+  bwrap dies with the thread that started it (``--die-with-parent``), and a :class:`Guard`
+  kills what a grader that died left of the unprivileged level, where no PID namespace
+  may hold the run's processes. stdout and stderr are read concurrently; beyond
   ``output_bytes`` each, output is read and discarded, so the child never blocks on a full
   pipe and the grader's memory stays bounded.
 
@@ -139,6 +144,9 @@ __all__ = [
     "Sandbox",
     "check_bubblewrap",
     "check_unprivileged_user",
+    "kill_orphans",
+    "Guard",
+    "GUARD_GRACE",
     "ISOLATION_LEVELS",
     "SANDBOX_UID_BASE",
     "SANDBOX_UID_SLOTS",
@@ -406,8 +414,15 @@ class Sandbox:
                 _give_to(scratch, uid)
             command = _bwrap_argv(self.limits, self.read_only_paths, scratch,
                                   -1 if uid is None else uid, argv, read_only)
-            return self._supervise(command, _environment(scratch, "/tmp", env), scratch,
-                                   uid, timeout, stdin, output_bytes)
+            try:
+                return self._supervise(command, _environment(scratch, "/tmp", env), scratch,
+                                       uid, timeout, stdin, output_bytes)
+            finally:
+                if uid is not None:
+                    # Back to the grader before the uid is free: the next run on it may be at the
+                    # unprivileged level, which deletes all the uid owns in the shared temporary
+                    # folders, this scratch included while the caller still reads it.
+                    _give_to(scratch, os.geteuid())
         finally:
             if lease:
                 lease.release()
@@ -476,13 +491,14 @@ class Sandbox:
                         killed = True
                         stopped.append(disk_problem)
                         break
-            # Not reaped yet, so its pid, process group and session are still ours.
+        finally:
+            # Also when the watch is cut short (the grader's worker told to stop): nothing of a
+            # run outlives it. Not reaped yet, so its pid, process group and session are still ours.
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
             _kill_processes(uid, proc.pid)
-        finally:
             watch.close()
             proc.wait()
         out.join(timeout=5)
@@ -721,28 +737,55 @@ class _UidLease:
     """Reserve a uid of the sandbox range for one run (a lock file is held meanwhile)."""
 
     def __init__(self) -> None:
-        lock_dir = _UID_LOCK_DIR
-        lock_dir.mkdir(mode=0o700, exist_ok=True)
-        info = lock_dir.lstat()
-        if lock_dir.is_symlink() or info.st_uid != os.geteuid() or info.st_mode & 0o077:
-            raise RuntimeError(f"{lock_dir} is not a private directory of this user")
+        lock_dir = _lock_dir()
         for slot in range(SANDBOX_UID_SLOTS):
-            fd = os.open(lock_dir / f"{slot}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                os.close(fd)
-                if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
-                    continue
-                raise
-            self._fd = fd
-            self.uid = SANDBOX_UID_BASE + slot
-            _kill_processes(self.uid, None)  # leftovers of a grader that crashed
-            return
+            if self._take(lock_dir, slot):
+                return
         raise RuntimeError(f"all {SANDBOX_UID_SLOTS} sandbox uids are in use")
+
+    @classmethod
+    def of_slot(cls, slot: int) -> _UidLease | None:
+        """The lease of that one slot, or None while a run holds it."""
+        lease = cls.__new__(cls)
+        return lease if lease._take(_lock_dir(), slot) else None
+
+    def _take(self, lock_dir: Path, slot: int) -> bool:
+        fd = os.open(lock_dir / f"{slot}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
+                return False
+            raise
+        self._fd = fd
+        self.uid = SANDBOX_UID_BASE + slot
+        _kill_processes(self.uid, None)  # leftovers of a grader that crashed
+        return True
 
     def release(self) -> None:
         os.close(self._fd)
+
+
+def _lock_dir() -> Path:
+    lock_dir = _UID_LOCK_DIR
+    lock_dir.mkdir(mode=0o700, exist_ok=True)
+    info = lock_dir.lstat()
+    if lock_dir.is_symlink() or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+        raise RuntimeError(f"{lock_dir} is not a private directory of this user")
+    return lock_dir
+
+
+def kill_orphans() -> None:
+    """SIGKILL every process of a sandbox uid that no run holds (its lease free): what a
+    grader that died left, wherever it was reparented. A no-op unless root (no uids then)."""
+    if os.geteuid() != 0:
+        return
+    for uid in sorted({p.uid for p in _processes()
+                       if SANDBOX_UID_BASE <= p.uid < SANDBOX_UID_BASE + SANDBOX_UID_SLOTS}):
+        lease = _UidLease.of_slot(uid - SANDBOX_UID_BASE)   # kills them as it is taken
+        if lease:
+            lease.release()
 
 
 def _give_to(scratch: Path, uid: int) -> None:
@@ -934,6 +977,114 @@ class _ExitWatch:
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
+
+
+# --------------------------------------------------------------------------------------
+# A grader that dies: the guard
+# --------------------------------------------------------------------------------------
+
+#: Seconds a watched process has to clean up after SIGTERM before the guard sends SIGKILL.
+GUARD_GRACE = 4.0
+
+
+class Guard:
+    """A process apart from the grader's own tree that stops the grader's workers and every
+    sandbox they leave once the grader closes it *or dies* (``kill -9`` included): the
+    kernel closes the pipe it reads, whatever killed the grader.
+
+    It runs in a session of its own, so neither Ctrl-C on the terminal nor a signal to the
+    grader's process group reaches it. On end of input it sends SIGTERM to each watched
+    process still alive (a worker then cleans up its sandbox run), SIGKILL after
+    :data:`GUARD_GRACE` to those still alive, then, unless the grader closed it saying all
+    had ended (``close(clean=True)``), :func:`kill_orphans`: a sandbox uid's processes need
+    not descend from anything of the grader's (the unprivileged level may have no PID
+    namespace to hold them). Watched processes are held by pidfd, so a pid reused meanwhile
+    is never signalled.
+    """
+
+    def __init__(self) -> None:
+        # -I -S: this module needs only the standard library; the package is found by path.
+        code = (f"import sys; sys.path.insert(0, {str(_package_dir().parent)!r}); "
+                "from grader.sandbox import _guard_main; _guard_main()")
+        self._proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", code], stdin=subprocess.PIPE,
+                                      stdout=subprocess.DEVNULL, start_new_session=True)
+
+    def watch(self, pid: int) -> None:
+        """Stop ``pid`` (alive now) when the guard closes or the grader dies."""
+        assert self._proc.stdin is not None
+        try:
+            self._proc.stdin.write(f"{pid} {_start_time(pid)}\n".encode())
+            self._proc.stdin.flush()
+        except (OSError, ValueError):   # the guard is gone (or the pid already): nothing to tell
+            pass
+
+    def close(self, clean: bool = False) -> None:
+        """Stop what is watched, kill the orphans (unless ``clean``: every watched process ended
+        and cleaned up after itself), and wait for the guard to finish."""
+        assert self._proc.stdin is not None
+        try:
+            if clean:
+                self._proc.stdin.write(b"clean\n")
+            self._proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self._proc.wait(timeout=GUARD_GRACE + 30)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+
+def _guard_main() -> None:
+    """The guard process (see :class:`Guard`): pid and start time per line, until end of input."""
+    watched: list[int] = []
+    clean = False
+    for line in sys.stdin.buffer:
+        clean = line == b"clean\n"
+        try:
+            pid, start = map(int, line.split())
+            fd = os.pidfd_open(pid)
+        except (ValueError, OSError):
+            continue
+        if _start_time(pid) == start:   # the process we were told of, not a new one on its pid
+            watched.append(fd)
+        else:
+            os.close(fd)
+    ended = _stop(watched)
+    if not (clean and ended):   # swept only after a failure: a free uid's processes are leftovers then
+        kill_orphans()
+
+
+def _stop(pidfds: list[int]) -> bool:
+    """SIGTERM, then after :data:`GUARD_GRACE` SIGKILL, until every process is gone; True when
+    all had exited already."""
+    ready, _, _ = select.select(pidfds, [], [], 0)
+    ended = len(ready) == len(pidfds)
+    for sig, wait_for in ((signal.SIGTERM, GUARD_GRACE), (signal.SIGKILL, 10.0)):
+        for fd in pidfds:
+            try:
+                signal.pidfd_send_signal(fd, sig)
+            except OSError:   # exited already
+                pass
+        deadline = time.monotonic() + wait_for
+        while pidfds and time.monotonic() < deadline:
+            ready, _, _ = select.select(pidfds, [], [], max(0.0, deadline - time.monotonic()))
+            for fd in ready:
+                os.close(fd)
+            pidfds = [fd for fd in pidfds if fd not in ready]
+        if not pidfds:
+            break
+    return ended
+
+
+def _start_time(pid: int) -> int:
+    """When ``pid`` started (clock ticks since boot), -1 if it is gone: with the pid, a process's identity."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return -1
+    return int(stat[stat.rfind(b")") + 2:].split()[19])
 
 
 def _disk_problem(scratch: Path, limits: Limits) -> str | None:

@@ -1,0 +1,394 @@
+"""Lifecycle of ``grader grade``: nothing it started outlives it, however it ends.
+
+Real ``grader grade`` commands on a small batch, at both isolation levels: bubblewrap, and
+the unprivileged user (as root, on a root-only copy of the grader and the assignment, which
+that level requires; without ``unshare`` on PATH, so without a PID namespace to hold the
+sandbox's processes, as in a Gradescope container; from a virtualenv of a Python the sandbox
+uid can run, which this checkout's need not be). The batch is one submission graded without
+running anything and slow ones whose first cell waits for a file the test puts in the run's
+scratch (so how long a run takes never depends on how busy the machine is), after starting
+a process that leaves the kernel's tree (double fork, new session): only its uid says whose
+it is.
+
+Every process of the run is recorded while it runs, by ancestry from the command and by the
+sandbox uids seen among them; after the command is killed or stopped, none may be left.
+The pieces (the sandbox run cut short, scratch given back, the guard) are tested in process
+at the end.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from grader.sandbox import GUARD_GRACE, SANDBOX_UID_BASE, SANDBOX_UID_SLOTS, Guard, Sandbox, _UidLease
+
+from conftest import ROOT, write_notebook
+
+ASSIGNMENT = "linear_attention_hyena"
+RELEASE = "release"   # the slow cell waits until this file is in its working folder
+TICKS = os.sysconf("SC_CLK_TCK")
+SLOW_CELL = f"""\
+import os, subprocess, sys, time
+# A process that leaves the kernel's tree at once: its parent exits, it is in a session of its own.
+subprocess.run([sys.executable, "-c", "import os, time\\nif os.fork() == 0:\\n    os.setsid()\\n    time.sleep(3600)"])
+while not os.path.exists({RELEASE!r}):
+    time.sleep(0.1)
+"""
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox uids exist only for a grader run as root")
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    ppid: int
+    uid: int
+    start: int   # clock ticks since boot: with the pid, a process's identity
+    zombie: bool
+    command: str
+
+
+def processes() -> dict[int, Proc]:
+    found = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry.name}/stat").read_bytes()
+            uid = entry.stat().st_uid
+            command = Path(f"/proc/{entry.name}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        found[int(entry.name)] = Proc(int(entry.name), int(fields[1]), uid, int(fields[19]), fields[0] == b"Z",
+                                      command[:160])
+    return found
+
+
+def now_ticks() -> int:
+    return int(float(Path("/proc/uptime").read_text().split()[0]) * TICKS)
+
+
+def is_sandbox_uid(uid: int) -> bool:
+    return SANDBOX_UID_BASE <= uid < SANDBOX_UID_BASE + SANDBOX_UID_SLOTS
+
+
+def orphaned(proc: Proc, procs: dict[int, Proc]) -> bool:
+    """Whether no process of root's is above ``proc`` but init: a sandbox process that left
+    its run's tree. One under a root process runs in some grader's sandbox, maybe another's on
+    the same uid (once a run ends its uid is free for the next)."""
+    parent = procs.get(proc.ppid)
+    while parent is not None and parent.pid != 1:
+        if parent.uid == 0:
+            return False
+        parent = procs.get(parent.ppid)
+    return True
+
+
+class Run:
+    """One ``grader grade`` command in a session of its own, its processes recorded as it runs,
+    and the slow cells of its submissions released while ``release`` is set."""
+
+    def __init__(self, root: Path, isolation: str, workers: int, name: str, python: str = sys.executable) -> None:
+        self.root, self.name = root, name
+        self.seen: dict[tuple[int, int], Proc] = {}
+        self.uids: set[int] = set()
+        self.release = False
+        self.log = root / f"{name}.log"
+        env = {**os.environ, "PYTHONPATH": str(root), "TMPDIR": str(root.parent / "tmp")}
+        if isolation == "unprivileged-user":
+            env["PATH"] = str(root / "no-unshare")   # neither unshare nor bwrap: no namespaces at all
+        command = [python, "-c", "import sys; from grader.cli import main; sys.exit(main())", "grade",
+                   str(root / "subs"), "--assignment", ASSIGNMENT, "--out", str(root / "out"),
+                   "--workers", str(workers), "--isolation", isolation,
+                   "--cell-timeout", "300", "--notebook-timeout", "600"]
+        with self.log.open("w") as log:
+            self.proc = subprocess.Popen(command, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        self._stop = threading.Event()
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._sampler.start()
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            procs = processes()
+            children: dict[int, list[int]] = {}
+            for p in procs.values():
+                children.setdefault(p.ppid, []).append(p.pid)
+            tree, todo = [], [self.proc.pid]
+            while todo:
+                pid = todo.pop()
+                if pid in procs:
+                    tree.append(procs[pid])
+                todo += children.get(pid, [])
+            self.uids |= {p.uid for p in tree if is_sandbox_uid(p.uid)}
+            for p in [*tree, *(p for p in procs.values() if p.uid in self.uids and orphaned(p, procs))]:
+                if not p.zombie:
+                    self.seen[p.pid, p.start] = p
+            if self.release:
+                for folder in (self.root.parent / "tmp").glob("g2c-*/execute"):
+                    (folder / RELEASE).touch()
+            self._stop.wait(0.1)
+
+    def alive(self, command: str) -> list[Proc]:
+        procs = processes()
+        return [p for key, p in list(self.seen.items())
+                if key[0] in procs and procs[key[0]].start == key[1] and not procs[key[0]].zombie
+                and command in p.command]
+
+    def wait_until(self, condition, what: str, timeout: float = 240) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if self.proc.poll() is not None:
+                pytest.fail(f"{self.name}: grader grade exited ({self.proc.returncode}) before {what}:\n{self.output()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"{self.name}: no {what} after {timeout} s:\n{self.output()}")
+            time.sleep(0.1)
+
+    def left(self, since: int) -> list[Proc]:
+        """What is still running of the run: recorded processes alive, and any orphaned process
+        of its sandbox uids started before ``since`` (a later one may be another grader's run)."""
+        procs = processes()
+        alive = [procs[pid] for pid, start in self.seen if pid in procs and procs[pid].start == start]
+        alive += [p for p in procs.values() if p.uid in self.uids and p.start <= since and orphaned(p, procs)]
+        return sorted({p.pid: p for p in alive if not p.zombie}.values(), key=lambda p: p.pid)
+
+    def assert_nothing_left(self, since: int, within: float) -> None:
+        deadline = time.monotonic() + within
+        while (left := self.left(since)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self._stop.set()
+        assert not left, f"{self.name}: left running:\n" + "\n".join(
+            f"  {p.pid} uid {p.uid}: {p.command}" for p in left)
+
+    def finish(self, timeout: float = 240) -> int:
+        self.release = True
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            pytest.fail(f"{self.name}: still running after {timeout} s:\n{self.output()}")
+        self._stop.set()
+        return self.proc.returncode
+
+    def output(self) -> str:
+        errors = [f"{p}:\n{p.read_text(errors='replace')}" for p in (self.root / "out").glob("*/grader_errors.txt")]
+        return "\n".join([self.log.read_text(errors="replace"), *errors])
+
+    def results(self) -> dict[str, int]:
+        """submission id -> results.json's mtime (ns)."""
+        return {p.parent.name: p.stat().st_mtime_ns for p in (self.root / "out").glob("*/results.json")}
+
+
+def make_batch(base: Path, name: str, slow: int) -> Path:
+    """A root-only copy of the grader and the assignment (what the unprivileged-user level
+    needs), with ``a_done`` (graded without running anything) and ``slow`` slow submissions."""
+    root = base / name
+    root.mkdir(mode=0o700)
+    for folder in ("grader", "assignments", "solutions", "rubrics"):
+        shutil.copytree(ROOT / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "no-unshare").mkdir()
+    subs = root / "subs"
+    subs.mkdir()
+    (subs / "a_done.ipynb").write_text('{"nbformat": 4, "metadata": {}}')   # no cells: graded at once
+    for k in range(slow):
+        notebook = nbformat.v4.new_notebook()
+        notebook.cells = [nbformat.v4.new_code_cell(SLOW_CELL + f"# slow {k}\n")]
+        write_notebook(notebook, subs / f"{chr(ord('b') + k)}_slow.ipynb")
+    return root
+
+
+@pytest.fixture(scope="module")
+def user_python() -> Iterator[str]:
+    """The python of a virtualenv that any user can run: made from the system's Python of this
+    version, with this checkout's site-packages on its path (a .pth line, so that not even the
+    editable install's finder comes along: PYTHONPATH picks the grader)."""
+    system = shutil.which(f"python{sys.version_info.major}.{sys.version_info.minor}", path="/usr/local/bin:/usr/bin")
+    if system is None:
+        pytest.fail(f"no python{sys.version_info.major}.{sys.version_info.minor} in /usr/local/bin or /usr/bin")
+    folder = Path(tempfile.mkdtemp(prefix="g2c-lifecycle-venv-"))
+    os.chmod(folder, 0o755)
+    venv = folder / "venv"
+    subprocess.run([system, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "shared.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (venv / "share").mkdir(exist_ok=True)
+    os.symlink(Path(sys.prefix) / "share" / "jupyter", venv / "share" / "jupyter")   # the python3 kernel spec
+    yield str(venv / "bin" / "python")
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def python_for(level: str, user_python: str) -> str:
+    return user_python if level == "unprivileged-user" else sys.executable
+
+
+@pytest.fixture
+def base():
+    """Outside pytest's 0700 basetemp: the sandbox uid must reach its scratch (in base/tmp)."""
+    folder = Path(tempfile.mkdtemp(prefix="g2c-lifecycle-"))
+    os.chmod(folder, 0o711)
+    (folder / "tmp").mkdir(mode=0o711)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def kernels_running(run: Run, count: int) -> bool:
+    return len(run.alive("ipykernel")) >= count and "a_done" in run.results()
+
+
+def test_kill_9_leaves_nothing_running_no_late_result_and_the_rerun_grades_the_rest(base, user_python):
+    batches = {"bubblewrap": (make_batch(base, "bwrap", 2), 2), "unprivileged-user": (make_batch(base, "user", 1), 1)}
+    runs = {level: Run(root, level, workers, f"kill9-{level}", python_for(level, user_python))
+            for level, (root, workers) in batches.items()}
+    for level, run in runs.items():
+        run.wait_until(lambda: kernels_running(run, batches[level][1]), "kernels running")
+    assert runs["unprivileged-user"].uids, "the unprivileged-user run showed no process of a sandbox uid"
+    assert runs["unprivileged-user"].alive("time.sleep(3600)"), "the process that leaves the tree never ran"
+
+    written, killed_at = {}, {}
+    for level, run in runs.items():
+        os.kill(run.proc.pid, signal.SIGKILL)
+        run.proc.wait()
+        killed_at[level] = now_ticks()
+        written[level] = run.results()
+        assert set(written[level]) == {"a_done"}, run.output()
+    for level, run in runs.items():
+        run.assert_nothing_left(killed_at[level], within=10)
+    # Were a worker still grading, these would let its slow cell finish and a result follow.
+    for folder in (base / "tmp").glob("g2c-*/execute"):
+        (folder / RELEASE).touch()
+    time.sleep(20)
+    for level, run in runs.items():
+        assert run.results() == written[level], f"{level}: a result was written after the kill"
+
+    reruns = {level: Run(root, level, workers, f"rerun-{level}", python_for(level, user_python))
+              for level, (root, workers) in batches.items()}
+    for level, rerun in reruns.items():
+        assert rerun.finish() == 0, rerun.output()
+        total = 1 + batches[level][1]
+        assert f"1 of {total} submissions already graded (unchanged); skipping them" in rerun.output()
+        graded = {line.split(":")[0] for line in rerun.output().splitlines() if line.endswith(" s)")}
+        assert graded == set(rerun.results()) - {"a_done"} == {f"{chr(ord('b') + k)}_slow" for k in range(total - 1)}
+        assert rerun.results()["a_done"] == written[level]["a_done"]   # kept, not rewritten
+    assert not list((base / "tmp").iterdir()), "scratch folders were left behind"
+
+
+def test_sigterm_and_ctrl_c_stop_cleanly_and_say_how_to_resume(base, user_python):
+    stops = {"bubblewrap": signal.SIGTERM, "unprivileged-user": signal.SIGINT}   # one of each level
+    runs = {level: Run(make_batch(base, level, 1), level, 1, f"{signal.Signals(signum).name}-{level}",
+                       python_for(level, user_python)) for level, signum in stops.items()}
+    for run in runs.values():
+        run.wait_until(lambda: kernels_running(run, 1), "kernel running")
+    for level, run in runs.items():
+        if stops[level] == signal.SIGINT:
+            os.killpg(run.proc.pid, signal.SIGINT)   # Ctrl-C: the terminal signals the whole foreground group
+        else:
+            os.kill(run.proc.pid, signal.SIGTERM)
+    for level, run in runs.items():
+        signum = stops[level]
+        status = run.proc.wait(timeout=60)
+        stopped_at = now_ticks()
+        assert status == 128 + signum, run.output()
+        assert (f"stopped by {signal.Signals(signum).name}: graded 1 of 2 submissions; run the same command "
+                "again to grade the remaining 1") in run.output()
+        run.assert_nothing_left(stopped_at, within=0.5)   # stopped means stopped: no grace after exit
+        assert set(run.results()) == {"a_done"}
+    assert not list((base / "tmp").iterdir()), "scratch folders were left behind"
+
+
+# ---------------------------------------------------------------------------------------------
+# The pieces, in process
+# ---------------------------------------------------------------------------------------------
+
+class Alarm(Exception):
+    pass
+
+
+def _raise_alarm(signum, frame):
+    raise Alarm
+
+
+def test_a_sandbox_run_cut_short_kills_its_tree_at_once(tmp_path):
+    # The worker told to stop raises in the thread watching the run: the run must die with it,
+    # not be waited for until it ends by itself.
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    box = Sandbox(isolation="bubblewrap")
+    previous = signal.signal(signal.SIGALRM, _raise_alarm)
+    signal.setitimer(signal.ITIMER_REAL, 1.0)
+    started = time.monotonic()
+    try:
+        with pytest.raises(Alarm):
+            box.run(["python", "-c", "import time; time.sleep(90)  # cut-short-marker"], scratch=scratch, timeout=120)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert time.monotonic() - started < 30
+    assert not [p for p in processes().values() if "cut-short-marker" in p.command and not p.zombie]
+
+
+def test_a_bubblewrap_run_gives_scratch_back_before_its_uid_is_free(tmp_path):
+    # Else a run on the same uid at the unprivileged level (another grader's) deletes it,
+    # as it deletes all the uid owns in the shared temporary folders, while it is still read.
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    result = Sandbox(isolation="bubblewrap").run(
+        ["python", "-c", "import os; os.mkdir('made'); open('made/file', 'w').write('x'); print(os.getuid())"],
+        scratch=scratch)
+    assert result.returncode == 0, result.stderr
+    assert is_sandbox_uid(int(result.stdout))   # it ran as a sandbox uid...
+    for path in (scratch, scratch / "made", scratch / "made" / "file"):
+        assert path.stat().st_uid == os.geteuid(), path   # ...and left nothing owned by it
+
+
+def _as_free_sandbox_uid() -> subprocess.Popen:
+    """A process of a sandbox uid that no run holds (the lease taken for the pick, then released)."""
+    lease = _UidLease()
+    uid = lease.uid
+    lease.release()
+    return subprocess.Popen([shutil.which("sleep") or "/bin/sleep", "60"], user=uid, group=uid, extra_groups=[],
+                            cwd="/", stdin=subprocess.DEVNULL)
+
+
+def test_the_guard_stops_what_it_watches_and_the_orphans_of_free_uids(tmp_path):
+    watched = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    orphan = _as_free_sandbox_uid()
+    try:
+        guard = Guard()
+        guard.watch(watched.pid)
+        started = time.monotonic()
+        guard.close()   # not clean: as after an interrupt, or when the grader died
+        assert watched.wait(timeout=5) == -signal.SIGTERM
+        assert orphan.wait(timeout=5) == -signal.SIGKILL
+        assert time.monotonic() - started < GUARD_GRACE
+    finally:
+        for proc in (watched, orphan):
+            proc.kill()
+            proc.wait()
+
+
+def test_a_clean_close_of_the_guard_touches_nothing(tmp_path):
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    bystander = _as_free_sandbox_uid()   # e.g. a test's own process on a sandbox uid
+    try:
+        guard = Guard()
+        guard.watch(ended.pid)
+        ended.wait()
+        guard.close(clean=True)
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
