@@ -222,6 +222,7 @@ def _run_pool(todo: list[SubmissionPath], assignment: Assignment, sandbox: Sandb
                 pending.pop(future)
                 result = future.result()
                 write_result(out_dir, result)
+                result.artifacts = {}   # on disk now: the coordinator keeps no executed notebook in memory
                 results.append(result)
                 bar.advance(f"{result.submission_id}: {result.score:g}/{result.max_score:g} "
                             f"({result.execution_time:.0f} s)")
