@@ -18,8 +18,8 @@ grading mode (every code cell in order, in one namespace, as the kernel would):
 - the grading branch has the same keys as the module's real budget and is no larger in any of
   them, so a student's code reads the same fields in both modes.
 
-Timings are not asserted (a loaded machine must not fail a test); the floor's wall and CPU time
-are measured by running the notebook with nbclient, as issue 19's ``make bench`` does.
+Timings are not asserted (a loaded machine must not fail a test): the floor's wall and CPU time
+are measured by running the notebook with nbclient under ``GRADING_ENV``, kernel start included.
 """
 from __future__ import annotations
 
