@@ -162,3 +162,15 @@ def _branch_budget(assignment, run: dict[str, Any], cell_id: str, grading: bool)
     namespace = {"GRADING": grading, "STORYLM_1M": run["STORYLM_1M"]}
     exec(compile(ast.Module(body=[branch], type_ignores=[]), f"<{cell_id} budget>", "exec"), namespace)
     return namespace[BUDGET_CELLS[cell_id]]
+
+
+def test_the_rubric_describes_the_grading_budgets_to_the_written_grader(run, assignment):
+    """The LLM is told what the grader's re-run was (written.rerun budgets): those labels must
+    quote the grading branch's own steps and batch sizes, or the model is told a run that never was."""
+    rerun = assignment.rubric.rerun
+    ex2, recall = run["EX2_BUDGET"], run["RECALL_BUDGET"]
+    assert f"{ex2['steps']} steps of batch {ex2['batch_size']} at context {ex2['context']}" in \
+        rerun["TRAINING_RESULTS"].budget
+    assert f"{recall['steps']} steps of batch {recall['batch_size']} and {recall['eval_size']} evaluation" in \
+        rerun["RECALL_RESULTS"].budget
+    assert f"{ex2['steps']}-step" in rerun["DECAY_RESULTS"].budget
