@@ -156,6 +156,30 @@ def test_a_page_the_final_check_refuses_is_not_written(tmp_path, monkeypatch):
     assert note == f"{EXECUTED_NOTEBOOK} not shown: the rendered page would still hold a <script> element"
 
 
+def test_a_page_is_rendered_again_only_when_its_notebook_or_the_renderer_changed(tmp_path, monkeypatch):
+    """Rendering costs seconds per notebook, and every `grader report` rewrites the pages."""
+    folder = tmp_path / "s1"
+    folder.mkdir()
+    (folder / EXECUTED_NOTEBOOK).write_bytes(hostile_bytes())
+    page, _ = write_executed_page(folder)
+    first = page.read_text()
+    calls = []
+    real = executed.render_executed
+    monkeypatch.setattr(executed, "render_executed", lambda data, sid: calls.append(sid) or real(data, sid))
+    assert write_executed_page(folder) == (page, "") and calls == [] and page.read_text() == first
+    notebook = hostile_notebook()
+    notebook.cells.append(new_code_cell("print('one more cell')"))
+    (folder / EXECUTED_NOTEBOOK).write_text(nbformat.writes(notebook))
+    write_executed_page(folder)
+    assert calls == ["s1"] and "one more cell" in page.read_text()
+    monkeypatch.setattr(executed, "_renderer_digest", lambda: "0" * 64)   # the renderer changed
+    write_executed_page(folder)
+    assert calls == ["s1", "s1"]
+    page.write_text("<!-- g2c-made-from forged -->\n<p>not the grader's page</p>")   # a page it did not write
+    write_executed_page(folder)
+    assert calls == ["s1", "s1", "s1"] and "one more cell" in page.read_text()
+
+
 def broken_notebooks() -> dict[str, tuple[bytes, str]]:
     valid = json.loads(hostile_bytes())
     no_name = json.loads(json.dumps(valid))
