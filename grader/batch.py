@@ -1,9 +1,11 @@
 """Grade a folder of submissions: discovery, parallel workers, resume, progress.
 
 Results are written as each submission finishes. A submission whose results.json already
-carries the current cache key (same notebook and package file bytes, grader version,
-assignment files and limits) is not executed again, so an interrupted batch resumes where it
-stopped.
+carries the current cache key (same notebook and package file bytes, grader version, execution
+and evaluation digests, limits and isolation) is not graded again, so an interrupted batch
+resumes where it stopped. One whose kept run (``SubmissionGrader.kept_run``) has the current
+execution key but whose result does not (a change to the checks, the scoring or a tolerance,
+or a crashed check) is regraded here, in this process, from its raw outputs: no sandbox, no pool.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from grader import __version__
 from grader.assignment import Assignment
 from grader.intake import SubmissionPath, submission_files, submission_sha256
 from grader.load import package_files
-from grader.pipeline import GRADER_ERROR_NOTE, GRADER_ERRORS, SubmissionGrader
+from grader.pipeline import GRADER_ERROR_NOTE, GRADER_ERRORS, KeptRun, SubmissionGrader
 from grader.report.results import RESULTS_FILE, write_result
 from grader.report.terminal import RunProgress
 from grader.rubric import Rubric
@@ -48,13 +50,19 @@ def _init_worker(assignment: Assignment, sandbox: Sandbox, rubric: Rubric) -> No
 
 
 def _grade_in_worker(submission: SubmissionPath, out_dir: Path) -> GradeResult:
+    return _graded(_worker, submission, out_dir)
+
+
+def _graded(grader: SubmissionGrader, submission: SubmissionPath, out_dir: Path,
+            kept: KeptRun | None = None) -> GradeResult:
+    """Grade (or, with ``kept``, regrade from its raw outputs) and write the result."""
     try:
-        result = _worker.grade(submission.path, submission.submission_id, submission.folder)
+        result = grader.grade(submission.path, submission.submission_id, submission.folder, kept)
         result.notes[:0] = submission.notes
         result.submitted_as = submission.original
     except Exception:  # a grader bug must not take the batch down; the traceback is kept
         detail = traceback.format_exc()
-        result = unreadable_result(submission, _worker.rubric,
+        result = unreadable_result(submission, grader.rubric,
                                    f"{GRADER_ERROR_NOTE}, please report it (not your fault; it will be regraded)")
         result.grader_errors = ["*"]
         result.artifacts[GRADER_ERRORS] = detail.encode()   # hidden code: beside results.json, not in it
@@ -68,6 +76,7 @@ class BatchOutcome:
     results: list[GradeResult]
     reused: int
     internal_errors: int
+    regraded: int = 0   # regraded from their kept raw outputs, nothing executed
 
 
 def grade_batch(submissions: list[SubmissionPath], assignment: Assignment, sandbox: Sandbox,
@@ -75,11 +84,12 @@ def grade_batch(submissions: list[SubmissionPath], assignment: Assignment, sandb
                 progress: TextIO = sys.stderr) -> BatchOutcome:
     """Grade everything not already graded with the current cache key; returns all results."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    key_for = SubmissionGrader(assignment, sandbox, rubric).cache_key
+    grader = SubmissionGrader(assignment, sandbox, rubric)
     declared = package_files(assignment.template)
     max_bytes = int(rubric.limits.notebook_max_mib * 2**20)
     results: list[GradeResult] = []
     todo: list[SubmissionPath] = []
+    regrade: list[tuple[SubmissionPath, KeptRun]] = []
     for submission in submissions:
         if submission.problem:
             result = unreadable_result(submission, rubric, submission.problem)
@@ -89,14 +99,20 @@ def grade_batch(submissions: list[SubmissionPath], assignment: Assignment, sandb
         previous = _previous_result(out_dir, submission.submission_id)
         digest = submission_sha256(submission_files(submission.path, submission.folder, declared),
                                    submission.folder, max_bytes)
-        if previous is not None and previous.cache_key == key_for(digest) and not previous.grader_errors:
+        if previous is not None and previous.cache_key == grader.cache_key(digest) and not previous.grader_errors:
             results.append(previous)
+        elif (kept := grader.kept_run(out_dir / submission.submission_id, digest)) is not None:
+            regrade.append((submission, kept))
         else:
             todo.append(submission)
     reused = len(results)
     if reused:
         progress.write(f"{reused} of {len(submissions)} submissions already graded (unchanged); skipping them\n")
-    with RunProgress(progress, "grading", len(submissions), reused) as bar:
+    if regrade:
+        progress.write(f"{len(regrade)} submissions regraded from their kept runs (the checks or the rubric "
+                       "changed, not what runs); nothing executed for them\n")
+    results.extend(_graded(grader, submission, out_dir, kept) for submission, kept in regrade)
+    with RunProgress(progress, "grading", len(submissions), reused + len(regrade)) as bar:
         if todo:
             # spawn, not fork: a forked child of a process whose torch thread pool is running deadlocks.
             with ProcessPoolExecutor(max_workers=max(1, min(workers, len(todo))), initializer=_init_worker,
@@ -113,7 +129,7 @@ def grade_batch(submissions: list[SubmissionPath], assignment: Assignment, sandb
                         bar.advance(f"{result.submission_id}: {result.score:g}/{result.max_score:g} "
                                     f"({result.execution_time:.0f} s)")
     internal = sum(1 for r in results if r.grader_errors)
-    return BatchOutcome(results, reused, internal)
+    return BatchOutcome(results, reused, internal, len(regrade))
 
 
 def _previous_result(out_dir: Path, submission_id: str) -> GradeResult | None:
