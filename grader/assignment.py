@@ -57,10 +57,12 @@ class Assignment:
 
     @cached_property
     def fingerprint(self) -> str:
-        """Changes whenever the master, the template or the rubric changes."""
+        """Changes whenever the master or the template changes: what runs, and so part of the
+        execution digest (``grader.digests``). The rubric is digested there as parsed: its
+        limits for execution, all of it for evaluation."""
         digest = hashlib.sha256()
-        for path in (self.master_path, self.template_path, self.rubric_path):
-            digest.update(path.read_bytes())
+        for path in (self.master_path, self.template_path):
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
         return digest.hexdigest()
 
     def check_files(self) -> str | None:

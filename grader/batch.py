@@ -1,9 +1,11 @@
 """Grade a folder of submissions: discovery, parallel workers, resume, progress.
 
 Results are written as each submission finishes. A submission whose results.json already
-carries the current cache key (same notebook and package file bytes, grader version,
-assignment files and limits) is not executed again, so an interrupted batch resumes where it
-stopped.
+carries the current cache key (same notebook and package file bytes, grader version, execution
+and evaluation digests, limits and isolation) is not graded again, so an interrupted batch
+resumes where it stopped. One whose kept run (``SubmissionGrader.kept_run``) has the current
+execution key but whose result does not (a change to the checks, the scoring or a tolerance,
+or a crashed check) is regraded here, in this process, from its raw outputs: no sandbox, no pool.
 
 Lifecycle: the workers never outlive the coordinator (the process that calls
 :func:`grade_batch`), however it ends.
@@ -43,7 +45,7 @@ from grader import __version__
 from grader.assignment import Assignment
 from grader.intake import SubmissionPath, submission_files, submission_sha256
 from grader.load import package_files
-from grader.pipeline import GRADER_ERROR_NOTE, GRADER_ERRORS, SubmissionGrader
+from grader.pipeline import GRADER_ERROR_NOTE, GRADER_ERRORS, KeptRun, SubmissionGrader
 from grader.report.results import RESULTS_FILE, write_result
 from grader.report.terminal import RunProgress
 from grader.rubric import Rubric
@@ -99,23 +101,28 @@ def _grade_in_worker(submission: SubmissionPath) -> GradeResult:
     global _grading
     _grading = True
     try:
-        try:
-            result = _worker.grade(submission.path, submission.submission_id, submission.folder)
-            result.notes[:0] = submission.notes
-            result.submitted_as = submission.original
-        except Exception:  # a grader bug must not take the batch down; the traceback is kept
-            detail = traceback.format_exc()
-            result = unreadable_result(submission, _worker.rubric,
-                                       f"{GRADER_ERROR_NOTE}, please report it (not your fault; it will be regraded)")
-            result.grader_errors = ["*"]
-            result.artifacts[GRADER_ERRORS] = detail.encode()   # hidden code: beside results.json, not in it
-            sys.stderr.write(f"{submission.submission_id}: {GRADER_ERROR_NOTE}, see {GRADER_ERRORS}\n")
+        return _graded(_worker, submission)
     except _Stopped:
         # The sandbox run and its scratch were cleaned up on the way here; the coordinator is
         # gone or stopping and takes no result, so the submission stays ungraded.
         os._exit(1)
     finally:
         _grading = False
+
+
+def _graded(grader: SubmissionGrader, submission: SubmissionPath, kept: KeptRun | None = None) -> GradeResult:
+    """Grade (or, with ``kept``, regrade from its raw outputs); the coordinator writes the result."""
+    try:
+        result = grader.grade(submission.path, submission.submission_id, submission.folder, kept)
+        result.notes[:0] = submission.notes
+        result.submitted_as = submission.original
+    except Exception:  # a grader bug must not take the batch down; the traceback is kept
+        detail = traceback.format_exc()
+        result = unreadable_result(submission, grader.rubric,
+                                   f"{GRADER_ERROR_NOTE}, please report it (not your fault; it will be regraded)")
+        result.grader_errors = ["*"]
+        result.artifacts[GRADER_ERRORS] = detail.encode()   # hidden code: beside results.json, not in it
+        sys.stderr.write(f"{submission.submission_id}: {GRADER_ERROR_NOTE}, see {GRADER_ERRORS}\n")
     return result
 
 
@@ -161,6 +168,7 @@ class BatchOutcome:
     results: list[GradeResult]
     reused: int
     internal_errors: int
+    regraded: int = 0   # regraded from their kept raw outputs, nothing executed
 
 
 def grade_batch(submissions: list[SubmissionPath], assignment: Assignment, sandbox: Sandbox,
@@ -169,11 +177,12 @@ def grade_batch(submissions: list[SubmissionPath], assignment: Assignment, sandb
     """Grade everything not already graded with the current cache key; returns all results.
     Raises :class:`BatchInterrupted` after SIGINT or SIGTERM, once nothing is left running."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    key_for = SubmissionGrader(assignment, sandbox, rubric).cache_key
+    grader = SubmissionGrader(assignment, sandbox, rubric)
     declared = package_files(assignment.template)
     max_bytes = int(rubric.limits.notebook_max_mib * 2**20)
     results: list[GradeResult] = []
     todo: list[SubmissionPath] = []
+    regrade: list[tuple[SubmissionPath, KeptRun]] = []
     for submission in submissions:
         if submission.problem:
             result = unreadable_result(submission, rubric, submission.problem)
@@ -183,22 +192,33 @@ def grade_batch(submissions: list[SubmissionPath], assignment: Assignment, sandb
         previous = _previous_result(out_dir, submission.submission_id)
         digest = submission_sha256(submission_files(submission.path, submission.folder, declared),
                                    submission.folder, max_bytes)
-        if previous is not None and previous.cache_key == key_for(digest) and not previous.grader_errors:
+        if previous is not None and previous.cache_key == grader.cache_key(digest) and not previous.grader_errors:
             results.append(previous)
+        elif (kept := grader.kept_run(out_dir / submission.submission_id, digest)) is not None:
+            regrade.append((submission, kept))
         else:
             todo.append(submission)
     reused = len(results)
     if reused:
         progress.write(f"{reused} of {len(submissions)} submissions already graded (unchanged); skipping them\n")
+    if regrade:
+        progress.write(f"{len(regrade)} submissions regraded from their kept runs (the checks or the rubric "
+                       "changed, not what runs); nothing executed for them\n")
     try:
-        with _signals(SIGTERM=_raise_terminated), RunProgress(progress, "grading", len(submissions), reused) as bar:
+        with _signals(SIGTERM=_raise_terminated), RunProgress(progress, "grading", len(submissions),
+                                                              reused + len(regrade)) as bar:
+            for submission, kept in regrade:
+                result = _graded(grader, submission, kept)
+                write_result(out_dir, result)
+                result.artifacts = {}
+                results.append(result)
             if todo:
                 _run_pool(todo, assignment, sandbox, rubric, out_dir, workers, results, bar)
     except (KeyboardInterrupt, _Terminated) as exc:
         signum = signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT
         raise BatchInterrupted(signum, len(results), len(submissions)) from None
     internal = sum(1 for r in results if r.grader_errors)
-    return BatchOutcome(results, reused, internal)
+    return BatchOutcome(results, reused, internal, len(regrade))
 
 
 def _run_pool(todo: list[SubmissionPath], assignment: Assignment, sandbox: Sandbox, rubric: Rubric,

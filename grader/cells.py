@@ -32,7 +32,8 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from functools import lru_cache, wraps
+from typing import Any, Callable
 
 PROVIDED = "provided"
 SCAFFOLD = "scaffold"
@@ -174,13 +175,32 @@ def syntax_problem(exc: SyntaxError) -> str:
     return f"line {exc.lineno}: {exc.msg}" if exc.lineno else str(exc.msg)
 
 
+# Cells up to this size are parsed once per process: the template's cells and the provided
+# ones are the same in every submission of a class (a regrade's load is mostly their parsing).
+MEMO_MAX_CHARS = 64 * 1024
+
+
+def memoized(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` of strings, cached when every string is short (its result must be immutable)."""
+    cached = lru_cache(maxsize=2048)(function)
+
+    @wraps(function)
+    def call(*texts: str) -> Any:
+        return cached(*texts) if all(len(t) <= MEMO_MAX_CHARS for t in texts) else function(*texts)
+    return call
+
+
 def parse_written_answer(cell: Any) -> WrittenAnswer | None:
     """Read a Question/Answer cell: a code cell of two string literals, or a markdown cell.
 
     Returns None when the cell does not follow either convention.
     """
-    text = source(cell)
-    if cell.get("cell_type") == "markdown":
+    return _written_answer(str(cell.get("cell_type")), source(cell))
+
+
+@memoized
+def _written_answer(cell_type: str, text: str) -> WrittenAnswer | None:
+    if cell_type == "markdown":
         head, sep, tail = text.partition(_PREFIX_A)
         if not sep or not head.lstrip().startswith(_PREFIX_Q):
             return None

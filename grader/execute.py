@@ -91,6 +91,34 @@ class ExecutionResult:
         return found
 
 
+def execution_record(result: ExecutionResult) -> dict[str, Any]:
+    """What the checks read of a run, as JSON, for the kept run (``grader.pipeline``); the
+    executed notebook is kept as its own file."""
+    return {"cells": [[c.index, c.cell_id, c.status, c.error] for c in result.cells], "kernel": result.kernel,
+            "timed_out": result.timed_out, "answers": result.answers, "stopped": list(result.stopped),
+            "notes": list(result.notes)}
+
+
+def execution_from_record(record: Any) -> ExecutionResult | None:
+    """``execution_record`` read back, or None when it is not one: the values in it are what
+    student code produced, so every field is checked for its type."""
+    try:
+        cells_run = [CellRun(index, cell_id, status, error) for index, cell_id, status, error in record["cells"]
+                     if type(index) is int and isinstance(cell_id, (str, type(None))) and isinstance(status, str)
+                     and isinstance(error, (str, type(None)))]
+        if len(cells_run) != len(record["cells"]) or not isinstance(record["answers"], dict):
+            return None
+        if not isinstance(record["kernel"], str) or not isinstance(record["timed_out"], bool):
+            return None
+        stopped, notes = record["stopped"], record["notes"]
+        if not all(isinstance(x, str) for x in [*stopped, *notes]):
+            return None
+        return ExecutionResult(cells_run, record["kernel"], record["timed_out"], record["answers"], list(stopped),
+                               list(notes))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def prepare_notebook(submission: nbformat.NotebookNode, master: nbformat.NotebookNode,
                      notes: list[str]) -> nbformat.NotebookNode:
     """The notebook to execute: the submission with the grader's provided cells, no outputs."""

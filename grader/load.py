@@ -137,12 +137,18 @@ def _to_notebook(raw: dict, notes: list[str]) -> nbformat.NotebookNode | None:
 
 def defined_names(code: str) -> list[str] | None:
     """Top-level class and function names a cell defines, or None when it is not valid Python."""
+    names = _defined_names(code)
+    return None if names is None else list(names)
+
+
+@cells.memoized
+def _defined_names(code: str) -> tuple[str, ...] | None:
     try:
         module = cells.parse_python(code)
     except SyntaxError:
         return None
-    return [node.name for node in module.body
-            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
+    return tuple(node.name for node in module.body
+                 if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)))
 
 
 def _find_scaffolds(sub: Submission, template: nbformat.NotebookNode, files: dict[str, Path],

@@ -2,28 +2,43 @@
 
 ``SubmissionGrader.grade`` never raises for anything a submission does: every problem ends
 up as a reason on the affected items, and the items that can still be graded are graded.
+
+The sandboxed stages' raw outputs are kept beside results.json (``RAW_OUTPUTS``: the
+``ExecutionResult`` fields the checks read, the ``ProbeResult`` with its float arrays as raw
+bytes with dtype and shape, the stages' notes), written by the grader from what it had already
+read, under the run's ``execution_key``. ``kept_run`` reads them back (capped, type-checked,
+no pickle: they hold values student code produced) only under the same key, so after a change
+to evaluation alone (``grader.digests``) ``grade(..., kept=...)`` recomputes verdicts and
+scores without starting a sandbox. The grade-time screening's flags are kept beside it
+(``SCREENING``) under the screening key, and reused when the written stage did not change.
 """
 from __future__ import annotations
 
 import copy
 import hashlib
+import json
+import struct
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import nbformat
 
-from grader import __version__
+from grader import __version__, digests
 from grader.assignment import Assignment
 from grader.checks import CheckContext, checks_for
-from grader.execute import ExecutionResult, execute_notebook, prepare_notebook
+from grader.execute import (MAX_ANSWERS_BYTES, MAX_EXECUTED_NOTEBOOK_BYTES, ExecutionResult, execute_notebook, execution_from_record,
+                            execution_record, prepare_notebook)
 from grader.load import Submission, load_submission
 from grader.graft import GraftError, submission_module_source
-from grader.probe import ProbeResult, run_probe
+from grader.probe import MAX_PROBE_OUTPUT_BYTES, ProbeResult, probe_from_record, probe_record, run_probe
 from grader.rubric import Rubric
 from grader.sandbox import Sandbox
 from grader.score import GradeResult, score_items
+from grader.untrusted import json_object, read_bytes
 from grader.written import WRITTEN_INPUTS, inputs_artifact, screen
 
 
@@ -31,6 +46,68 @@ EXECUTED_NOTEBOOK = "executed.ipynb"   # the graded run with its outputs, for TA
 GRADER_ERRORS = "grader_errors.txt"    # tracebacks of checks that crashed: for instructors only
 GRADER_ERROR_NOTE = "internal grader error"
 SCAFFOLD_SOURCE = "scaffold.py"        # the student's scaffold code, for the integrity comparison
+RAW_OUTPUTS = "raw_outputs.bin"        # the kept run: what the sandboxed stages returned
+SCREENING = "screening.json"           # the written stage's grade-time flags, under the screening key
+RAW_MAGIC = b"G2C-RAW-1\n"
+MAX_RAW_BYTES = MAX_PROBE_OUTPUT_BYTES + 4 * MAX_ANSWERS_BYTES
+
+
+@dataclass
+class KeptRun:
+    """What the sandboxed stages of one submission returned: everything evaluation reads of them."""
+
+    execution: ExecutionResult | None
+    execution_problem: str | None
+    probe: ProbeResult | None
+    probe_problem: str | None
+    notes: list[str] = field(default_factory=list)   # the stages' notes, after the submission's own
+    ran: bool = False                                 # whether any student code ran
+    # The screening's flags by question when kept under the current screening key (not in the
+    # kept-run file: screening is evaluation, kept beside it in SCREENING).
+    screening: dict[str, list[str]] | None = None
+
+    def pack(self, key: str) -> bytes:
+        """The kept-run file: a JSON header (with ``key``), then its arrays' bytes, each length-prefixed."""
+        blobs: list[bytes] = []
+        header = json.dumps({"key": key, "ran": self.ran, "notes": self.notes,
+                             "execution": execution_record(self.execution) if self.execution else None,
+                             "execution_problem": self.execution_problem,
+                             "probe": probe_record(self.probe, blobs) if self.probe else None,
+                             "probe_problem": self.probe_problem}).encode()
+        return b"".join([RAW_MAGIC, struct.pack(">Q", len(header)), header,
+                         *(struct.pack(">Q", len(b)) + b for b in blobs)])
+
+    @classmethod
+    def unpack(cls, data: bytes, key: str) -> "KeptRun | None":
+        """The kept run in ``data`` if it was kept under ``key`` and reads back whole, else None."""
+        if not data.startswith(RAW_MAGIC):
+            return None
+        view, at = memoryview(data), len(RAW_MAGIC)
+        try:
+            size = struct.unpack(">Q", view[at: at + 8])[0]
+            header = json_object(bytes(view[at + 8: at + 8 + size]))
+            at += 8 + size
+            blobs = []
+            while at < len(view):
+                size = struct.unpack(">Q", view[at: at + 8])[0]
+                if at + 8 + size > len(view):
+                    return None
+                blobs.append(bytes(view[at + 8: at + 8 + size]))
+                at += 8 + size
+        except struct.error:
+            return None
+        if header is None or header.get("key") != key:
+            return None
+        problems = header.get("execution_problem"), header.get("probe_problem")
+        notes = header.get("notes")
+        if not all(isinstance(p, (str, type(None))) for p in problems) or not isinstance(header.get("ran"), bool) \
+                or not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+            return None
+        execution = header.get("execution") and execution_from_record(header["execution"])
+        probe = header.get("probe") and probe_from_record(header["probe"], blobs)
+        if (header.get("execution") and execution is None) or (header.get("probe") and probe is None):
+            return None
+        return cls(execution or None, problems[0], probe or None, problems[1], list(notes), header["ran"])
 
 
 class SubmissionGrader:
@@ -42,46 +119,89 @@ class SubmissionGrader:
         self.sandbox = sandbox
         self.checks = checks_for(self.rubric)
 
-    def cache_key(self, submission_sha256: str) -> str:
-        """Same submission, grader version, assignment files, limits and isolation level -> same key."""
-        parts = [submission_sha256, __version__, self.assignment.fingerprint, repr(self.rubric.limits),
+    @cached_property
+    def digests(self) -> dict[str, str]:
+        """The execution and evaluation digests (``grader.digests``), in results.json's extra_data."""
+        return {"execution": digests.execution_digest(self.checks, self.rubric, self.assignment.fingerprint),
+                "evaluation": digests.evaluation_digest(self.checks, self.rubric),
+                "screening": digests.screening_digest(self.rubric)}
+
+    def execution_key(self, submission_sha256: str) -> str:
+        """Same submission, grader version, execution digest, limits and isolation level -> the
+        same raw outputs: the key a kept run is reused under."""
+        parts = [submission_sha256, __version__, self.digests["execution"], repr(self.rubric.limits),
                  self.sandbox.isolation]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
-    def grade(self, path: Path | None, submission_id: str, folder: Path | None = None) -> GradeResult:
+    def cache_key(self, submission_sha256: str) -> str:
+        """The execution key and the evaluation digest: same key -> the same result."""
+        parts = [self.execution_key(submission_sha256), self.digests["evaluation"]]
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+    def kept_run(self, folder: Path, submission_sha256: str) -> KeptRun | None:
+        """The raw outputs kept in ``folder`` (the submission's output folder) by a run under the
+        current execution key, or None (none kept, another key, damaged: run again)."""
+        data = read_bytes(folder / RAW_OUTPUTS, folder, MAX_RAW_BYTES)
+        kept = None if data is None else KeptRun.unpack(data, self.execution_key(submission_sha256))
+        if kept is not None:
+            kept.screening = self._kept_screening(folder, submission_sha256)
+            if kept.execution is not None:   # messages name cells by the run's own notebook, kept beside it
+                kept.execution.executed_notebook = read_bytes(folder / EXECUTED_NOTEBOOK, folder,
+                                                              MAX_EXECUTED_NOTEBOOK_BYTES)
+        return kept
+
+    def screening_key(self, submission_sha256: str) -> str:
+        """Same raw outputs and same screening code and settings -> the same grade-time flags."""
+        parts = [self.execution_key(submission_sha256), self.digests["screening"]]
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+    def _kept_screening(self, folder: Path, submission_sha256: str) -> dict[str, list[str]] | None:
+        data = read_bytes(folder / SCREENING, folder, MAX_ANSWERS_BYTES)
+        kept = None if data is None else json_object(data)
+        if kept is None or kept.get("key") != self.screening_key(submission_sha256):
+            return None
+        flags = kept.get("flags")
+        if not isinstance(flags, dict) or not all(isinstance(f, list) and all(isinstance(x, str) for x in f)
+                                                  for f in flags.values()):
+            return None
+        return flags
+
+    def grade(self, path: Path | None, submission_id: str, folder: Path | None = None,
+              kept: KeptRun | None = None) -> GradeResult:
         """Grade the notebook ``path`` and the package files in ``folder`` (the submission's
-        folder, None for a lone notebook); ``path`` is None when the folder holds no notebook."""
+        folder, None for a lone notebook); ``path`` is None when the folder holds no notebook.
+        With ``kept`` (from ``kept_run`` for these same files) nothing is run: the verdicts are
+        recomputed from its raw outputs."""
         started = time.monotonic()
         limits = self.rubric.limits
         submission = load_submission(path, submission_id, self.assignment.template,
                                      int(limits.notebook_max_mib * 2**20), folder)
-        notes = list(submission.notes)
-        execution, execution_problem = None, submission.fatal
-        probe, probe_problem = None, (None if submission.scaffold_sources
-                                      else submission.scaffold_problem or submission.fatal)
-        if submission.fatal is None:
-            with tempfile.TemporaryDirectory(prefix=f"g2c-{_safe(submission_id)}-") as scratch:
-                execution = self._execute(submission, Path(scratch), notes)
-        if submission.scaffold_sources:   # a package file is graded without a readable notebook too
-            with tempfile.TemporaryDirectory(prefix=f"g2c-{_safe(submission_id)}-probe-") as scratch:
-                probe, probe_problem = self._probe(submission, Path(scratch), notes)
-        ran = execution is not None or probe is not None
-        if ran:
-            notes.append(self.sandbox.note)   # students and TAs see how the code was isolated
-        context = CheckContext(self.rubric, self.assignment.master_path, probe, probe_problem,
-                               execution, execution_problem,
+        run = kept or self._run(submission)
+        notes = list(submission.notes) + run.notes
+        execution = run.execution
+        context = CheckContext(self.rubric, self.assignment.master_path, run.probe, run.probe_problem,
+                               execution, run.execution_problem,
                                execution.answers if execution else {})
         verdicts = self.checks.evaluate(context)
         # Written answers are screened here, whatever --llm says: the written stage's grade-time part.
-        items = score_items(self.rubric, verdicts, submission, screen(self.rubric, submission, context.answers))
+        screened = run.screening is None
+        flags = screen(self.rubric, submission, context.answers) if screened else run.screening
+        items = score_items(self.rubric, verdicts, submission, flags)
         if submission.fatal:
             notes.insert(0, f"This notebook could not be graded: {submission.fatal}" if path is not None
                          else f"Only the package files were graded: {submission.fatal}")
-        artifacts = {EXECUTED_NOTEBOOK: execution.executed_notebook} if execution and execution.executed_notebook else {}
+        # A kept run's executed notebook and raw outputs are already in the folder, unchanged.
+        artifacts = {}
+        if kept is None:
+            if execution and execution.executed_notebook:
+                artifacts[EXECUTED_NOTEBOOK] = execution.executed_notebook
+            artifacts[RAW_OUTPUTS] = run.pack(self.execution_key(submission.sha256))
         if submission.scaffold_sources:
             artifacts[SCAFFOLD_SOURCE] = "\n\n\n".join(submission.scaffold_sources.values()).encode()
-        if submission.notebook is not None:
-            artifacts[WRITTEN_INPUTS] = inputs_artifact(self.rubric, submission, context.answers)
+        if screened:   # else the flags and the written stage's inputs in the folder are still these
+            artifacts[SCREENING] = json.dumps({"key": self.screening_key(submission.sha256), "flags": flags}).encode()
+            if submission.notebook is not None:
+                artifacts[WRITTEN_INPUTS] = inputs_artifact(self.rubric, submission, context.answers)
         crashed = {name: v.internal for name, v in verdicts.items() if v.internal}
         if crashed:
             # The tracebacks show hidden check code: a file beside results.json, never in it.
@@ -92,8 +212,26 @@ class SubmissionGrader:
                              f"see {GRADER_ERRORS}\n")
         return GradeResult(submission_id, self.rubric.assignment, __version__, submission.sha256, items,
                            notes, time.monotonic() - started, self.cache_key(submission.sha256), artifacts,
-                           isolation=self.sandbox.isolation if ran else "", sources=submission.sources,
-                           grader_errors=sorted(crashed))
+                           isolation=self.sandbox.isolation if run.ran else "", sources=submission.sources,
+                           grader_errors=sorted(crashed),
+                           digests={k: self.digests[k] for k in ("execution", "evaluation")})
+
+    def _run(self, submission: Submission) -> KeptRun:
+        """The sandboxed stages: the notebook run, then the probe of the scaffold."""
+        notes: list[str] = []
+        execution, execution_problem = None, submission.fatal
+        probe, probe_problem = None, (None if submission.scaffold_sources
+                                      else submission.scaffold_problem or submission.fatal)
+        if submission.fatal is None:
+            with tempfile.TemporaryDirectory(prefix=f"g2c-{_safe(submission.submission_id)}-") as scratch:
+                execution = self._execute(submission, Path(scratch), notes)
+        if submission.scaffold_sources:   # a package file is graded without a readable notebook too
+            with tempfile.TemporaryDirectory(prefix=f"g2c-{_safe(submission.submission_id)}-probe-") as scratch:
+                probe, probe_problem = self._probe(submission, Path(scratch), notes)
+        ran = execution is not None or probe is not None
+        if ran:
+            notes.append(self.sandbox.note)   # students and TAs see how the code was isolated
+        return KeptRun(execution, execution_problem, probe, probe_problem, notes, ran)
 
     def _execute(self, submission: Submission, scratch: Path, notes: list[str]) -> ExecutionResult:
         notebook = _with_package_scaffolds(submission, self.assignment.master)

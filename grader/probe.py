@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import io
 import json
+import math
+import re
 import shutil
 import struct
 import sys
@@ -87,6 +89,56 @@ class ProbeResult:
     import_error: str | None
     cases: dict[str, CaseOutput]
     notes: list[str] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------- kept
+
+KEPT_DTYPE = re.compile(r"[<>|=]?f(2|4|8|16)")   # the float arrays the probe keeps (see float_array)
+
+
+def probe_record(result: ProbeResult, blobs: list[bytes]) -> dict[str, Any]:
+    """``result`` as JSON for the kept run (``grader.pipeline``): each array's bytes are
+    appended to ``blobs``, and it is recorded as [its index there, its dtype, its shape]."""
+    def blob(value: np.ndarray) -> list[Any]:
+        blobs.append(np.ascontiguousarray(value).tobytes())
+        return [len(blobs) - 1, value.dtype.str, list(value.shape)]
+    return {"import_status": result.import_status, "import_error": result.import_error, "notes": list(result.notes),
+            "cases": {name: {"status": out.status, "error": out.error, "info": out.info,
+                             "arrays": {key: blob(value) for key, value in out.arrays.items()},
+                             "states": [[blob(a) for a in state] for state in out.states]}
+                      for name, out in result.cases.items()}}
+
+
+def probe_from_record(record: Any, blobs: list[bytes]) -> ProbeResult | None:
+    """``probe_record`` read back, or None when it is not one. The arrays hold what student code
+    produced: only float dtypes, each blob exactly its shape's size, copied out (no pickle, no
+    object arrays, no view of the file)."""
+    def array(entry: Any) -> np.ndarray:
+        index, dtype, shape = entry
+        if not (type(index) is int and 0 <= index < len(blobs) and isinstance(dtype, str)
+                and KEPT_DTYPE.fullmatch(dtype) and isinstance(shape, list)
+                and all(type(n) is int and n >= 0 for n in shape)):
+            raise ValueError("not a kept array")
+        kind = np.dtype(dtype)
+        if math.prod(shape) * kind.itemsize != len(blobs[index]):
+            raise ValueError("a kept array of the wrong size")
+        return np.frombuffer(blobs[index], dtype=kind).reshape(shape).copy()
+    try:
+        cases = {}
+        for name, out in record["cases"].items():
+            if not (isinstance(out["status"], str) and isinstance(out["error"], (str, type(None)))
+                    and isinstance(out["info"], dict) and isinstance(out["arrays"], dict)):
+                return None
+            cases[name] = CaseOutput(out["status"], out["error"], out["info"],
+                                     {str(key): array(entry) for key, entry in out["arrays"].items()},
+                                     [[array(entry) for entry in state] for state in out["states"]])
+        status, error, notes = record["import_status"], record["import_error"], record["notes"]
+        if not (isinstance(status, str) and isinstance(error, (str, type(None)))
+                and all(isinstance(n, str) for n in notes)):
+            return None
+        return ProbeResult(status, error, cases, list(notes))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
 
 
 # ----------------------------------------------------------------------------- run

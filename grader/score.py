@@ -44,6 +44,8 @@ class GradeResult:
     # forge): items whose check crashed ("*" for the whole submission), regraded by the next run.
     grader_errors: list[str] = field(default_factory=list)
     submitted_as: str = ""   # the file or folder name as submitted, when the id had to differ
+    # The grader's execution and evaluation digests the result was graded under (grader.digests).
+    digests: dict[str, str] = field(default_factory=dict)
 
     @property
     def score(self) -> float:
@@ -60,7 +62,8 @@ class GradeResult:
         also says how the student's code was isolated (``isolation``, once it ran), for a
         submission with package files which file each part came from (``sources``), the items
         an internal grader error left ungraded (``grader_errors``) and the name as submitted
-        when the id differs (``submitted_as``)."""
+        when the id differs (``submitted_as``) and the grader's execution and evaluation digests
+        (``digests``)."""
         contract = {"submission_id": self.submission_id, "assignment": self.assignment,
                     "grader_version": self.grader_version, "submission_sha256": self.submission_sha256,
                     "cache_key": self.cache_key}
@@ -80,7 +83,8 @@ class GradeResult:
             "extra_data": {**contract, **({"isolation": self.isolation} if self.isolation else {}),
                            **({"sources": self.sources} if self.sources else {}),
                            **({"grader_errors": self.grader_errors} if self.grader_errors else {}),
-                           **({"submitted_as": self.submitted_as} if self.submitted_as else {})},
+                           **({"submitted_as": self.submitted_as} if self.submitted_as else {}),
+                           **({"digests": self.digests} if self.digests else {})},
         }
 
 
@@ -144,7 +148,9 @@ def result_from_json(data: dict[str, Any]) -> GradeResult:
                        data.get("cache_key", ""), isolation=str(top.get("isolation", "")),
                        sources=top["sources"] if isinstance(top.get("sources"), dict) else {},
                        grader_errors=[str(e) for e in top.get("grader_errors") or []],
-                       submitted_as=str(top.get("submitted_as", "")))
+                       submitted_as=str(top.get("submitted_as", "")),
+                       digests={str(k): str(v) for k, v in (top.get("digests") or {}).items()}
+                       if isinstance(top.get("digests"), dict) else {})
 
 
 def _override_note(override: dict[str, Any] | None) -> str:

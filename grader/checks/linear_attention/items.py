@@ -52,7 +52,6 @@ class Evidence:
         tolerances = context.rubric.tolerances
         self.rule = DtypeRule(tolerances.get("float64_abs", 1e-10), tolerances.get("float32_abs", 1e-4),
                               self.twin)
-        self._memo: dict[tuple, object] = {}
 
     # ------------------------------------------------------------------ raw outputs
 
@@ -105,16 +104,12 @@ class Evidence:
         return parameters(case.arrays), x, case.config["num_heads"]
 
     def expected(self, name: str, variant: Variant, eps: str, tokens: int | None = None) -> np.ndarray:
-        key = ("y", name.rsplit("_", 1)[0], variant, eps, tokens)   # twins share their inputs
-        if key not in self._memo:
-            self._memo[key] = attention(*self._layer(name, tokens), variant, eps).numpy()
-        return self._memo[key]
+        return _trusted(self.inputs[name], ("y", variant, eps, tokens),
+                        lambda: attention(*self._layer(name, tokens), variant, eps).numpy())
 
     def expected_state(self, name: str, variant: Variant, tokens: int) -> tuple[np.ndarray, np.ndarray]:
-        key = ("state", name.rsplit("_", 1)[0], variant, tokens)
-        if key not in self._memo:
-            self._memo[key] = state_after(*self._layer(name, tokens), variant)
-        return self._memo[key]
+        return _trusted(self.inputs[name], ("state", variant, tokens),
+                        lambda: state_after(*self._layer(name, tokens), variant))
 
     def judged_tokens(self, name: str, variant: Variant, tokens: int | None = None) -> int:
         """The leading positions of run ``name`` that ``variant`` is compared on: all of them,
@@ -262,6 +257,26 @@ class Evidence:
         names = inputs.names("steps", ("per_head",), inputs.IDENTIFYING_SHAPES)
         verdict = self.state_item(names, self.step_variant or REFERENCE, None, "the state step returned")
         return None if verdict.status == "passed" else verdict.message
+
+
+# Trusted outputs depend on a case's inputs only, so every submission one process grades shares
+# them: a regrade from kept raw outputs costs the comparisons, not the reference computation.
+# Keyed by the identity of the inputs (twins share theirs), which each entry keeps alive, so a key
+# is never reused by other inputs; the cases themselves are built once (``cases.probe_cases``).
+_TRUSTED: dict[tuple, tuple[object, object]] = {}
+TRUSTED_ENTRIES = 4096
+
+
+def _trusted(case: ProbeCase, key: tuple, compute: Callable[[], object]) -> object:
+    full = (id(case.arrays), *key)
+    if full not in _TRUSTED:
+        if len(_TRUSTED) >= TRUSTED_ENTRIES:
+            _TRUSTED.clear()
+        value = compute()
+        for array in value if isinstance(value, tuple) else (value,):
+            array.flags.writeable = False   # shared by every submission: no check may change it
+        _TRUSTED[full] = (case.arrays, value)
+    return _TRUSTED[full][1]
 
 
 # ----------------------------------------------------------------------------- the items
