@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import json
 import shutil
-from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
 
@@ -144,23 +143,12 @@ def test_a_tolerance_change_regrades_and_an_execution_change_runs_again(graded, 
     folder, out, first = graded
     submitted: list[str] = []
 
-    class RecordingPool:
-        """Stands in for the worker pool: records what would be executed, returns the kept result."""
-        def __init__(self, *args, **kwargs):
-            pass
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def submit(self, fn, submission, out_dir):
+    def recording_pool(todo, assignment, sandbox, rubric, out_dir, workers, graded, bar):
+        """Stands in for the worker pool: records what would be executed, keeps the old result."""
+        for submission in todo:
             submitted.append(submission.submission_id)
-            future = Future()
-            future.set_result(result_from_json(results(out_dir, submission.submission_id)))
-            return future
-    monkeypatch.setattr(batch_module, "ProcessPoolExecutor", RecordingPool)
+            graded.append(result_from_json(results(out_dir, submission.submission_id)))
+    monkeypatch.setattr(batch_module, "_run_pool", recording_pool)
     monkeypatch.setattr(pipeline, "execute_notebook", None)
     monkeypatch.setattr(pipeline, "run_probe", None)
 
