@@ -272,12 +272,19 @@ def _assignment_of(notebook: Path) -> str:
         ids = {c.get("id") for c in cells_of if isinstance(c, dict)} if isinstance(cells_of, list) else set()
     except (Refused, ValueError, RecursionError, AttributeError, TypeError):
         ids = set()
-    shared = {name: len(ids & {c.get("id") for c in Assignment(name, PROJECT_ROOT).template.cells}) for name in found}
+    shared = {name: len(ids & _template_ids(name)) for name in found}
     best = [name for name, count in shared.items() if count and count == max(shared.values())]
     if len(best) != 1:
         raise CommandError(f"which assignment's {CHECK_SCRIPT}? {notebook} matches "
                            f"{' and '.join(best) if best else 'none'} of {', '.join(found)}; pass --assignment NAME")
     return best[0]
+
+
+def _template_ids(name: str) -> set[str]:
+    try:
+        return {c.get("id") for c in Assignment(name, PROJECT_ROOT).template.cells}
+    except (OSError, ValueError):   # a folder with a check.py and no readable notebook matches nothing
+        return set()
 
 
 def _hidden_paths(assignment: Assignment) -> list[Path]:

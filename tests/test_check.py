@@ -676,6 +676,6 @@ def test_grader_check_needs_an_assignment_when_ambiguous(tmp_path, monkeypatch, 
         (tmp_path / "assignments" / name / "check.py").write_text("")
     monkeypatch.setattr(cli, "PROJECT_ROOT", tmp_path)
     assert cli.main(["check", str(REFERENCE)]) == 2
-    assert "2 assignments ship one (one, two); pass --assignment NAME" in capsys.readouterr().err
+    assert "matches none of one, two; pass --assignment NAME" in capsys.readouterr().err
     assert cli.main(["check", str(REFERENCE), "--assignment", "three"]) == 2
     assert "assignment 'three' ships no check.py" in capsys.readouterr().err
