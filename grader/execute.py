@@ -22,6 +22,7 @@ import nbformat
 
 from grader import cells
 from grader.harness import HARNESS_DIR
+from grader.harness.cpu_time import BACKSTOP
 from grader.rubric import Limits
 from grader.sandbox import Sandbox
 from grader.untrusted import read_bytes, read_json, vouched_files
@@ -33,6 +34,7 @@ GRADING_ENV = {"G2C_GRADING": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1
                "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
 MAX_EXECUTED_NOTEBOOK_BYTES = 64 * 2**20
 DRIVER_DONE_LINE = "G2C-DONE"   # the driver's last line on its stdout (see harness/run_notebook.py)
+HARNESS_SCRIPTS = ("run_notebook.py", "cpu_time.py")   # the driver and the CPU meter it imports
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ class CellRun:
 class ExecutionResult:
     cells: list[CellRun]
     kernel: str                                  # ok | died | hung | ...
-    timed_out: bool                              # the whole-notebook limit was hit
+    timed_out: bool                              # the whole-notebook limit (CPU or its backstop) was hit
     answers: dict[str, Any]
     stopped: list[str] = field(default_factory=list)   # what the sandbox stopped
     notes: list[str] = field(default_factory=list)
@@ -62,6 +64,14 @@ class ExecutionResult:
         if self.timed_out:
             found.append("the notebook was stopped at its overall time limit")
         return found
+
+    def backstop(self) -> str | None:
+        """What a wall-clock backstop stopped (a cell, or the whole run), or None. Only the
+        driver sets a cell's timeout, and only the sandbox its reasons: student code cannot."""
+        for run in self.cells:
+            if run.status == "timeout" and BACKSTOP in (run.error or ""):
+                return f"{self.cell_label(run)}: {run.error}"
+        return next((reason for reason in self.stopped if reason.startswith(BACKSTOP)), None)
 
 
     def cell_label(self, run: CellRun) -> str:
@@ -158,15 +168,18 @@ def execute_notebook(notebook: nbformat.NotebookNode, sandbox: Sandbox, scratch:
         "results": str(work / "results.json"),
         "answers": str(work / "answers.json"),
         "answer_variables": list(answer_variables),
-        "cell_timeout": limits.cell_timeout_s,
+        "cell_timeout": limits.cell_timeout_s,             # CPU seconds
+        "cell_backstop": limits.backstop(limits.cell_timeout_s),   # wall-clock seconds
         "output_limit": limits.cell_output_kib * 1024,
         "workdir": str(work),
     }
     nbformat.write(notebook, plan["notebook"])
-    shutil.copy(HARNESS_DIR / "run_notebook.py", work / "run_notebook.py")
+    for script in HARNESS_SCRIPTS:
+        shutil.copy(HARNESS_DIR / script, work / script)
     (work / "plan.json").write_text(json.dumps(plan))
     result = sandbox.run([sys.executable, str(work / "run_notebook.py"), str(work / "plan.json")],
-                         scratch=scratch, timeout=limits.notebook_timeout_s,
+                         scratch=scratch, cpu_limit=limits.notebook_timeout_s,
+                         timeout=limits.backstop(limits.notebook_timeout_s),
                          env={**GRADING_ENV, "JUPYTER_RUNTIME_DIR": str(work / "runtime"),
                               "IPYTHONDIR": str(work / "ipython")})
     vouched = vouched_files(result.stdout)

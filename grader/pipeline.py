@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import nbformat
 
@@ -50,6 +51,7 @@ RAW_OUTPUTS = "raw_outputs.bin"        # the kept run: what the sandboxed stages
 SCREENING = "screening.json"           # the written stage's grade-time flags, under the screening key
 RAW_MAGIC = b"G2C-RAW-1\n"
 MAX_RAW_BYTES = MAX_PROBE_OUTPUT_BYTES + 4 * MAX_ANSWERS_BYTES
+Outcome = TypeVar("Outcome")   # what one sandboxed stage returns
 
 
 @dataclass
@@ -217,42 +219,66 @@ class SubmissionGrader:
                            digests={k: self.digests[k] for k in ("execution", "evaluation")})
 
     def _run(self, submission: Submission) -> KeptRun:
-        """The sandboxed stages: the notebook run, then the probe of the scaffold."""
+        """The sandboxed stages: the notebook run, then the probe of the scaffold. A stage that
+        a wall-clock backstop stopped runs once more (``_retried``)."""
         notes: list[str] = []
         execution, execution_problem = None, submission.fatal
         probe, probe_problem = None, (None if submission.scaffold_sources
                                       else submission.scaffold_problem or submission.fatal)
         if submission.fatal is None:
-            with tempfile.TemporaryDirectory(prefix=f"g2c-{_safe(submission.submission_id)}-") as scratch:
-                execution = self._execute(submission, Path(scratch), notes)
+            execution = _retried("the notebook run", notes, lambda stage_notes: self._execute(submission, stage_notes),
+                                 ExecutionResult.backstop)
         if submission.scaffold_sources:   # a package file is graded without a readable notebook too
-            with tempfile.TemporaryDirectory(prefix=f"g2c-{_safe(submission.submission_id)}-probe-") as scratch:
-                probe, probe_problem = self._probe(submission, Path(scratch), notes)
+            probe, probe_problem = _retried("the probe", notes, lambda stage_notes: self._probe(submission, stage_notes),
+                                            lambda outcome: outcome[0].backstop() if outcome[0] else None)
         ran = execution is not None or probe is not None
         if ran:
             notes.append(self.sandbox.note)   # students and TAs see how the code was isolated
         return KeptRun(execution, execution_problem, probe, probe_problem, notes, ran)
 
-    def _execute(self, submission: Submission, scratch: Path, notes: list[str]) -> ExecutionResult:
+    def _execute(self, submission: Submission, notes: list[str]) -> ExecutionResult:
         notebook = _with_package_scaffolds(submission, self.assignment.master)
         prepared = prepare_notebook(notebook, self.assignment.master, notes)
-        result = execute_notebook(prepared, self.sandbox, scratch, self.rubric.limits,
-                                  self.rubric.answer_variables)
+        with tempfile.TemporaryDirectory(prefix=f"g2c-{_safe(submission.submission_id)}-") as scratch:
+            result = execute_notebook(prepared, self.sandbox, Path(scratch), self.rubric.limits,
+                                      self.rubric.answer_variables)
         notes.extend(result.notes)
         notes.extend(f"stopped during execution: {reason}" for reason in result.stopped)
         return result
 
-    def _probe(self, submission: Submission, scratch: Path,
-               notes: list[str]) -> tuple[ProbeResult | None, str | None]:
+    def _probe(self, submission: Submission, notes: list[str]) -> tuple[ProbeResult | None, str | None]:
         try:
             source, graft_notes = submission_module_source(self.assignment.master, submission.scaffold_sources)
         except GraftError as exc:
             return None, str(exc)
         notes.extend(graft_notes)
-        result = run_probe(source, self.checks.probe_cases(self.rubric), self.sandbox, scratch,
-                           self.rubric.limits.probe_case_timeout_s, self.checks.PROBE_DRIVER)
+        limits = self.rubric.limits
+        with tempfile.TemporaryDirectory(prefix=f"g2c-{_safe(submission.submission_id)}-probe-") as scratch:
+            result = run_probe(source, self.checks.probe_cases(self.rubric), self.sandbox, Path(scratch),
+                               limits.probe_case_timeout_s, self.checks.PROBE_DRIVER, limits.wall_backstop_factor)
         notes.extend(f"stopped during the probe: {reason}" for reason in result.notes)
         return result, None
+
+
+def _retried(stage: str, notes: list[str], run: Callable[[list[str]], Outcome],
+             backstop: Callable[[Outcome], str | None]) -> Outcome:
+    """``run(notes)`` of a sandboxed stage, and once more when ``backstop`` says a wall-clock
+    backstop stopped it: code that slept or waited, or a machine so busy that it starved. Only
+    the second run's outcome and notes are kept (graded, and kept for regrades), after a note
+    that says what happened to the first."""
+    first_notes: list[str] = []
+    outcome = run(first_notes)
+    stopped = backstop(outcome)
+    if stopped is None:
+        notes.extend(first_notes)
+        return outcome
+    second_notes: list[str] = []
+    outcome = run(second_notes)
+    again = backstop(outcome)
+    notes.append(f"{stage} was stopped by a wall-clock backstop ({stopped}); graded again once: "
+                 + (f"stopped again ({again})" if again else "the second run finished within its limits"))
+    notes.extend(second_notes)
+    return outcome
 
 
 def _with_package_scaffolds(submission: Submission, master: nbformat.NotebookNode) -> nbformat.NotebookNode:

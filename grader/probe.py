@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from grader.harness import HARNESS_DIR
+from grader.harness.cpu_time import BACKSTOP
+from grader.rubric import Limits
 from grader.sandbox import Sandbox
 from grader.untrusted import float_array, json_object
 
@@ -26,6 +28,7 @@ MAX_PROBE_OUTPUT_BYTES = 256 * 2**20   # everything the supervisor relays in one
 MAX_ARRAYS = 400                       # in one worker's message
 MAX_STATE_ARRAYS = 8                   # a state is relayed as at most this many arrays
 MAX_RESTARTS = 12
+HARNESS_SCRIPTS = ("probe_harness.py", "cpu_time.py")   # the harness and the CPU meter it imports
 GIVE_UP_AFTER = 2   # hung or crashed cases of one group before the rest of that group is skipped
 FILTER_NOTE = ("the probe ran without its seccomp filter (not x86_64, or refused): its workers could "
                "exec programs and use System V IPC")
@@ -90,6 +93,15 @@ class ProbeResult:
     cases: dict[str, CaseOutput]
     notes: list[str] = field(default_factory=list)
 
+    def backstop(self) -> str | None:
+        """What a wall-clock backstop stopped (the import, a case, or the whole run), or None.
+        The supervisor's and the sandbox's words begin these errors; student code's never do."""
+        found = [f"importing your code: {self.import_error}"] if (self.import_error or "").startswith(BACKSTOP) else []
+        found += [f"probe case {name}: {out.error}" for name, out in self.cases.items()
+                  if out.status == "timeout" and (out.error or "").startswith(BACKSTOP)]
+        found += [note for note in self.notes if note.startswith(BACKSTOP)]
+        return found[0] if found else None
+
 
 # ----------------------------------------------------------------------------- kept
 
@@ -144,7 +156,8 @@ def probe_from_record(record: Any, blobs: list[bytes]) -> ProbeResult | None:
 # ----------------------------------------------------------------------------- run
 
 def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox, scratch: Path,
-              case_timeout: float, driver: Path | None = None) -> ProbeResult:
+              case_timeout: float, driver: Path | None = None,
+              backstop_factor: float = Limits.wall_backstop_factor) -> ProbeResult:
     """Run every case, restarting the harness after its supervisor dies (killed by student
     code, or by a sandbox limit).
 
@@ -152,6 +165,8 @@ def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox
     harness/probe_harness.py), so nothing a worker writes can reach the grader or another
     worker. Each worker's message is parsed here, with pickle disabled and size limits.
     ``driver`` is the checks module's driver file (its handlers), sent with the request.
+    ``case_timeout`` is CPU seconds per worker, as is the whole run's limit (every worker's
+    and some to spare); each has a wall-clock backstop ``backstop_factor`` times as long.
     """
     driver_source = driver.read_text(encoding="utf-8") if driver else None
     by_name = {c.name: c for c in probe_cases}
@@ -161,14 +176,16 @@ def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox
     import_status, import_error = "not_run", None
     deaths: dict[str, int] = {}
     harness = scratch / "probe_harness.py"
-    shutil.copy(HARNESS_DIR / "probe_harness.py", harness)
+    for script in HARNESS_SCRIPTS:
+        shutil.copy(HARNESS_DIR / script, scratch / script)
     for _ in range(MAX_RESTARTS + 1):
         cases = [by_name[n] for n in remaining]
         workers = sum(len(c.segments.bounds) if c.segments else 1 for c in cases)
-        result = sandbox.run([sys.executable, str(harness)], scratch=scratch,
-                             timeout=case_timeout * (workers + 1) + 30, read_only=True,
+        cpu_limit = case_timeout * (workers + 1) + 30
+        result = sandbox.run([sys.executable, str(harness)], scratch=scratch, cpu_limit=cpu_limit,
+                             timeout=cpu_limit * backstop_factor, read_only=True,
                              stdin=harness_request(module_source, cases, case_timeout, sandbox.own_pid_namespace,
-                                                   driver_source),
+                                                   driver_source, backstop_factor),
                              output_bytes=MAX_PROBE_OUTPUT_BYTES)
         notes.extend(reason for reason in result.stopped if reason not in notes)
         answer = read_answer(result.stdout_bytes, cases)
@@ -204,9 +221,11 @@ def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox
 
 
 def harness_request(module_source: str, cases: list[ProbeCase], case_timeout: float, own_pid_namespace: bool,
-                    driver_source: str | None = None) -> bytes:
+                    driver_source: str | None = None,
+                    backstop_factor: float = Limits.wall_backstop_factor) -> bytes:
     """The harness's stdin: the plan, then every array as npy. A segmented case's input is
-    sent as one ``name@k`` per segment, and the supervisor gives each worker only its own."""
+    sent as one ``name@k`` per segment, and the supervisor gives each worker only its own.
+    A worker may use ``case_timeout`` CPU seconds, within ``backstop_factor`` times that wall."""
     blobs: list[bytes] = []
     planned = []
     for case in cases:
@@ -228,6 +247,7 @@ def harness_request(module_source: str, cases: list[ProbeCase], case_timeout: fl
     # kill_all: the supervisor may kill every process it can signal, which is safe only
     # inside the sandbox's own PID namespace.
     plan = json.dumps({"module_source": module_source, "driver_source": driver_source, "case_timeout": case_timeout,
+                       "case_backstop": case_timeout * backstop_factor,
                        "kill_all": own_pid_namespace, "give_up_after": GIVE_UP_AFTER,
                        "cases": planned}).encode()
     return b"".join([struct.pack(">Q", len(plan)), plan, *blobs])
@@ -332,7 +352,7 @@ def parse_message(data: bytes) -> WorkerMessage | None:
 
 def _process_death(what: str, result: Any) -> str:
     if result.timed_out:
-        return f"the probe was stopped by its time limit while {what}"
+        return f"the probe was stopped at its time limit while {what} ({'; '.join(result.stopped)})"
     stopped = f" ({'; '.join(result.stopped)})" if result.stopped else ""
     tail = result.stderr.strip().splitlines()[-3:]
     detail = f": {' | '.join(tail)}" if tail else ""

@@ -107,7 +107,14 @@ class LLMSettings:
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-submission resource limits (see grader.sandbox for how they are enforced)."""
+    """Per-submission resource limits (see grader.sandbox for how they are enforced).
+
+    The three time limits are CPU seconds, summed over the processes of the submission's code
+    (a cell: the kernel and all it started; a probe case: its worker's; the notebook: the
+    whole sandboxed run), so that a verdict does not depend on how busy the machine is. Each
+    has a wall-clock backstop ``wall_backstop_factor`` times as long, for code that sleeps or
+    waits. ``cpu_seconds`` is the kernel's own per-process limit (RLIMIT_CPU), the last resort.
+    """
 
     memory_gib: float = 4
     cpu_seconds: int = 1800
@@ -119,6 +126,11 @@ class Limits:
     notebook_timeout_s: float = 900
     probe_case_timeout_s: float = 60
     notebook_max_mib: float = 50
+    wall_backstop_factor: float = 5
+
+    def backstop(self, cpu_limit: float) -> float:
+        """Wall-clock seconds after which code under ``cpu_limit`` CPU seconds is stopped anyway."""
+        return cpu_limit * self.wall_backstop_factor
 
 
 @dataclass(frozen=True)
@@ -183,6 +195,7 @@ def load_rubric(path: Path) -> Rubric:
     unknown = set(limits_raw) - known
     if unknown:
         raise RubricError(f"{path}: unknown limits {sorted(unknown)}")
+    limits = _limits(limits_raw, path)
     reserved = {"assignment", "checks", "tags", "items", "written", "limits", "tolerances", "answer_variables"}
     return Rubric(
         assignment=str(raw["assignment"]),
@@ -190,7 +203,7 @@ def load_rubric(path: Path) -> Rubric:
         tags=tuple(str(t) for t in tags) + (WRITTEN_TAG,),
         items=items,
         questions=questions,
-        limits=Limits(**limits_raw),
+        limits=limits,
         tolerances={k: float(v) for k, v in (raw.get("tolerances") or {}).items()},
         answer_variables=tuple(raw.get("answer_variables") or ()),
         settings={k: v for k, v in raw.items() if k not in reserved},
@@ -198,6 +211,15 @@ def load_rubric(path: Path) -> Rubric:
         source_sha256=hashlib.sha256(raw_text).hexdigest(),
         rerun=_reruns(written.get("rerun"), path, set(raw.get("answer_variables") or ())),
     )
+
+
+def _limits(raw: dict[str, Any], path: Path) -> Limits:
+    """The ``limits:`` entry; a backstop must be at least as long as the CPU limit it backs."""
+    limits = Limits(**raw)
+    factor = limits.wall_backstop_factor
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor >= 1:
+        raise RubricError(f"{path}: limits: wall_backstop_factor must be a number of at least 1 (got {factor!r})")
+    return limits
 
 
 def _item(entry: dict[str, Any], path: Path, vocabulary: set[str]) -> Item:

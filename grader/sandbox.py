@@ -66,9 +66,15 @@ How a command is isolated (bubblewrap, ``bwrap``)
   is killed (``RLIMIT_FSIZE`` alone bounds one file, not how many). cgroups are not used:
   they are not reliably delegated to the grader, so instead of CPU shares the command runs
   at nice 10, which keeps the grader itself responsive on a busy machine.
-* **Watchdog**: after the wall-clock timeout the whole tree is killed (bwrap, whose
+* **Watchdog**: after the wall-clock timeout, or once the run's processes together have used
+  ``cpu_limit`` CPU seconds (when the caller sets one: the wall-clock timeout is then only its
+  backstop, for a command that sleeps or hangs), the whole tree is killed (bwrap, whose
   ``--die-with-parent`` takes the PID namespace down, its session, and every process of the
-  sandbox uid) and the result has ``timed_out=True``, ``returncode=None``. Nothing of a run
+  sandbox uid) and the result has ``timed_out=True``, ``returncode=None``. The CPU is read
+  every 0.25 s from /proc (``grader.harness.cpu_time``): each process's own and what it
+  reaped, so processes that exited in between count too; at the levels without a PID
+  namespace, a process whose parent exits is reparented out of the run and, once it exits,
+  its CPU is no longer counted (``RLIMIT_CPU`` still bounds each process). Nothing of a run
   outlives it, timed out or not, nor when the watch is cut short (an exception in the
   grader's thread, such as its worker told to stop). Nothing outlives the grader either:
   bwrap dies with the thread that started it (``--die-with-parent``), and a :class:`Guard`
@@ -132,10 +138,12 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+
+from grader.harness.cpu_time import backstop_message, cpu_limit_message, cpu_seconds, processes
 
 __all__ = [
     "Limits",
@@ -192,7 +200,7 @@ class SandboxResult:
     returncode: int | None  # None when killed by us; -N when the command died of signal N
     stdout: str  # decoded with errors="replace", truncated to output_bytes with a note
     stderr: str
-    timed_out: bool
+    timed_out: bool  # killed at its time limit: the CPU limit, or the wall-clock timeout
     wall_seconds: float
     stopped: list[str]  # human-readable reasons for anything the sandbox stopped
     sandboxed: bool  # False when run via the unsandboxed fallback (isolation "none")
@@ -376,13 +384,15 @@ class Sandbox:
 
     def run(self, argv: Sequence[str], *, scratch: Path, env: Mapping[str, str] | None = None,
             timeout: float | None = None, stdin: bytes | None = None, read_only: bool = False,
-            output_bytes: int | None = None) -> SandboxResult:
+            output_bytes: int | None = None, cpu_limit: float | None = None) -> SandboxResult:
         """Run ``argv`` in ``scratch`` (bound at its own path; cwd and HOME there).
 
         ``env`` is laid over the sandbox's defaults (PATH to the venv first, HOME,
         LANG=C.UTF-8, TMPDIR, PYTHONDONTWRITEBYTECODE=1, cache and config dirs in the
         private /tmp): nothing of the grader's environment leaks in. ``timeout`` (seconds)
         overrides ``limits.wall_seconds``; ``output_bytes`` overrides ``limits.output_bytes``.
+        ``cpu_limit``: CPU seconds the run's processes may use together; the wall-clock
+        timeout is then its backstop, and the reasons say which of the two stopped the run.
         ``read_only`` binds scratch read-only and mounts ``/tmp`` and ``/dev/shm`` read-only:
         the command can then write nowhere at all, so its processes cannot leave each other
         anything in files (the other isolation levels cannot do this; the unprivileged user
@@ -403,20 +413,21 @@ class Sandbox:
             tmp.mkdir(exist_ok=True)
             command = [*_unshare_prefix(), *_launcher_argv(self.limits, -1, argv)]
             return self._supervise(command, _environment(scratch, str(tmp), env), scratch,
-                                   None, timeout, stdin, output_bytes)
+                                   None, timeout, stdin, output_bytes, cpu_limit)
         lease = _UidLease() if os.geteuid() == 0 else None
         try:
             uid = lease.uid if lease else None
             if self.isolation == "unprivileged-user":
                 assert uid is not None, "chosen only for a grader running as root"
-                return self._run_as_user(argv, scratch, uid, env, timeout, stdin, read_only, output_bytes)
+                return self._run_as_user(argv, scratch, uid, env, timeout, stdin, read_only, output_bytes,
+                                         cpu_limit)
             if uid is not None:
                 _give_to(scratch, uid)
             command = _bwrap_argv(self.limits, self.read_only_paths, scratch,
                                   -1 if uid is None else uid, argv, read_only)
             try:
                 return self._supervise(command, _environment(scratch, "/tmp", env), scratch,
-                                       uid, timeout, stdin, output_bytes)
+                                       uid, timeout, stdin, output_bytes, cpu_limit)
             finally:
                 if uid is not None:
                     # Back to the grader before the uid is free: the next run on it may be at the
@@ -429,7 +440,7 @@ class Sandbox:
 
     def _run_as_user(self, argv: Sequence[str], scratch: Path, uid: int, env: Mapping[str, str] | None,
                      timeout: float, stdin: bytes | None, read_only: bool,
-                     output_bytes: int | None) -> SandboxResult:
+                     output_bytes: int | None, cpu_limit: float | None) -> SandboxResult:
         """The unprivileged-user level: no bwrap, the launcher drops to ``uid`` on the host."""
         tmp = scratch / ".tmp"
         if read_only:
@@ -440,7 +451,7 @@ class Sandbox:
         command = [*_unshare_prefix(), *_launcher_argv(self.limits, uid, argv)]
         try:
             return self._supervise(command, _environment(scratch, str(tmp), env), scratch,
-                                   uid, timeout, stdin, output_bytes)
+                                   uid, timeout, stdin, output_bytes, cpu_limit)
         finally:
             # Every process of the uid is gone. The next run on this uid is another
             # student's: it must find nothing of this one, in scratch or anywhere else.
@@ -448,7 +459,8 @@ class Sandbox:
             _remove_leftovers(uid)
 
     def _supervise(self, command: list[str], env: dict[str, str], scratch: Path, uid: int | None,
-                   timeout: float, stdin: bytes | None, output_bytes: int | None) -> SandboxResult:
+                   timeout: float, stdin: bytes | None, output_bytes: int | None,
+                   cpu_limit: float | None) -> SandboxResult:
         """Start ``command``, watch it, take its whole tree down, and report."""
         limits = self.limits
         output_cap = limits.output_bytes if output_bytes is None else output_bytes
@@ -474,9 +486,14 @@ class Sandbox:
             while not watch.wait(max(0.0, min(_WATCH_INTERVAL, deadline - time.monotonic()))):
                 if time.monotonic() >= deadline:
                     timed_out = killed = True
-                    stopped.append(f"killed after {timeout:g} s wall-clock timeout")
+                    stopped.append(f"killed after {timeout:g} s wall-clock timeout" if cpu_limit is None
+                                   else f"{backstop_message(timeout)}; killed")
                     break
                 pids = _sandbox_pids(uid, proc.pid)
+                if cpu_limit is not None and cpu_seconds(pids) > cpu_limit:
+                    timed_out = killed = True
+                    stopped.append(f"{cpu_limit_message(cpu_limit)} (all its processes together); killed")
+                    break
                 in_use = _memory_in_use(pids) + _tmpfs_in_use(pids)
                 if in_use > limits.memory_bytes:
                     killed = True
@@ -781,7 +798,7 @@ def kill_orphans() -> None:
     grader that died left, wherever it was reparented. A no-op unless root (no uids then)."""
     if os.geteuid() != 0:
         return
-    for uid in sorted({p.uid for p in _processes()
+    for uid in sorted({p.uid for p in processes()
                        if SANDBOX_UID_BASE <= p.uid < SANDBOX_UID_BASE + SANDBOX_UID_SLOTS}):
         lease = _UidLease.of_slot(uid - SANDBOX_UID_BASE)   # kills them as it is taken
         if lease:
@@ -855,35 +872,10 @@ def _remove_leftovers(uid: int) -> None:
 # --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Proc:
-    pid: int
-    ppid: int
-    session: int
-    uid: int
-    zombie: bool
-
-
-def _processes() -> Iterator[_Proc]:
-    """Every process on the host, as /proc shows them."""
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                stat = f.read()
-            uid = entry.stat().st_uid
-        except OSError:
-            continue
-        # The command name (field 2) is in parentheses and may contain anything.
-        state, ppid, _pgrp, session = stat[stat.rfind(b")") + 2:].split()[:4]
-        yield _Proc(int(entry.name), int(ppid), int(session), uid, state == b"Z")
-
-
 def _sandbox_pids(uid: int | None, root_pid: int | None) -> set[int]:
     """Live processes of a run: those of its ``uid``, and the descendants and session of
     ``root_pid`` (the process we started in a session of its own, not yet reaped)."""
-    procs = [p for p in _processes() if not p.zombie or p.pid == root_pid]
+    procs = [p for p in processes() if not p.zombie or p.pid == root_pid]
     found = {p.pid for p in procs if p.uid == uid or (root_pid and p.session == root_pid)}
     if root_pid is not None:
         children: dict[int, list[int]] = {}

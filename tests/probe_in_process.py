@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
+import sys
 import tempfile
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from grader.probe import ProbeCase, ProbeResult, harness_request, read_answer
 
 
 def _load_harness():
+    sys.path.insert(0, str(HARNESS_DIR))   # as in the sandbox, where its modules lie beside it
     spec = importlib.util.spec_from_file_location("g2c_probe_harness", HARNESS_DIR / "probe_harness.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

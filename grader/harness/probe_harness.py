@@ -27,6 +27,9 @@ chain of workers: each gets its own slice of the segmented input, and the state 
 previous one saved (``save_state``), which the supervisor relays as plain arrays. After
 every worker, every other process of the sandbox is killed; the supervisor enforces the
 time limit, and after two cases of one group hang or crash it skips the rest of that group.
+The limit is in CPU seconds of the worker and everything it started (``cpu_time``; the
+supervisor is their subreaper, so orphans count too), with a wall-clock backstop for a
+worker that sleeps or waits.
 
 What a worker can know, and leave behind
 ----------------------------------------
@@ -63,6 +66,8 @@ import types
 import numpy as np
 import torch
 
+import cpu_time  # copied next to this file
+
 # Library functions bound before any student code runs, so that patching the modules in a
 # worker does not change how the harness reads inputs or sends outputs.
 _fork, _pipe, _close, _read, _write, _exit = os.fork, os.pipe, os.close, os.read, os.write, os._exit
@@ -81,6 +86,7 @@ SEGMENT = re.compile(r"(.+)@(\d+)")   # "x@2": the array "x" of segment 2 only
 MODULE_PATH = "submission_code.py"  # the name tracebacks show
 DRIVER_PATH = "probe_driver.py"     # the checks module's driver, if any
 REPORT_FD = -1                      # the supervisor's stdout, set by main()
+CPU_POLL_S = 0.25                   # seconds between two readings of a worker's CPU
 
 
 # ----------------------------------------------------------------------------- framing
@@ -330,14 +336,23 @@ def describe_exit(status):
     return f"the process running your code exited with status {os.WEXITSTATUS(status)}"
 
 
-def receive(fd, pid, deadline, timeout):
-    """(message buffer | None, why there is none, timed out) from the worker ``pid``."""
+def receive(fd, pid, meter, cpu_limit, backstop):
+    """(message buffer | None, why there is none, timed out) from the worker ``pid``, stopped
+    once ``meter`` (its processes' CPU) passes ``cpu_limit`` seconds, or after ``backstop``
+    wall-clock seconds."""
     head, buffer, got, status = bytearray(), None, 0, None
+    deadline = time.monotonic() + backstop
+    next_reading = time.monotonic() + CPU_POLL_S
     while buffer is None or got < _len(buffer):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return None, f"stopped after {timeout:.0f} s (endless loop?)", True
-        ready, _, _ = select.select([fd], [], [], min(remaining, 0.1))
+        now = time.monotonic()
+        if now >= deadline:
+            return None, cpu_time.backstop_message(backstop), True
+        if now >= next_reading:
+            next_reading = now + CPU_POLL_S
+            if meter.used() > cpu_limit:
+                return None, f"stopped: the process running your code {cpu_time.cpu_limit_message(cpu_limit)} " \
+                             "(endless loop?)", True
+        ready, _, _ = select.select([fd], [], [], min(deadline - now, 0.1))
         if ready:
             if buffer is None:
                 chunk = _read(fd, 8 - _len(head))
@@ -445,6 +460,7 @@ class Supervisor:
         """(message | None, problem, timed out) of one worker given ``arrays`` (name -> view)."""
         in_read, in_write = _pipe() if header else (-1, -1)
         out_read, out_write = _pipe()
+        meter = cpu_time.ChildrenMeter()   # every earlier worker is reaped: from here on, this one's
         pid = _fork()
         if pid == 0:
             for fd in (in_write, out_read):
@@ -464,8 +480,7 @@ class Supervisor:
                 except OSError:
                     pass  # the worker died early: receive() says how
                 _close(in_write)
-            timeout = self.plan["case_timeout"]
-            return receive(out_read, pid, time.monotonic() + timeout, timeout)
+            return receive(out_read, pid, meter, self.plan["case_timeout"], self.plan["case_backstop"])
         finally:
             _close(out_read)
             kill_workers(pid, self.plan.get("kill_all"))

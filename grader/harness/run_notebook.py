@@ -3,8 +3,14 @@
 Usage (inside the sandbox): python run_notebook.py PLAN_JSON
 Both the client and the kernel run here, so the kernel's loopback sockets never leave the
 sandbox's network namespace. Results are written after every cell, so a kill by the outer
-watchdog still leaves what was done. A cell that times out is interrupted and recorded; a
-second timeout in a row, or a dead kernel, ends execution.
+watchdog still leaves what was done.
+
+A cell's limit is in CPU seconds, summed over the kernel and everything it started
+(``cpu_time.ChildrenMeter``; this driver is their subreaper, so orphans are counted too): past
+it the kernel is interrupted, and killed if it keeps using CPU. nbclient's own per-cell
+timeout is the wall-clock backstop, for cells that sleep or wait. A cell stopped either way is
+recorded as a timeout that says which limit it reached; a second timeout in a row, or a dead
+kernel, ends execution.
 
 The kernel runs student code as the same user as this driver, so it can rewrite any file
 here. The driver therefore vouches for what it writes on a channel the kernel cannot reach:
@@ -17,16 +23,24 @@ import ctypes
 import hashlib
 import json
 import os
+import signal
 import sys
+import threading
 import time
 
 import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
+import cpu_time  # copied next to this file
+
 PLAN = json.loads(open(sys.argv[1]).read())
 REPORT_FD = -1   # this driver's stdout, kept away from the kernel (see main)
 TRUNCATED = "[output truncated by the grader: this cell printed more than {limit} KiB]\n"
+CPU_POLL_S = 0.25       # seconds between two readings of a running cell's CPU
+KILL_AFTER_CPU_S = 10   # CPU seconds an interrupted cell may still use before its kernel is killed
+CPU_STOP = f"the cell {cpu_time.cpu_limit_message(PLAN['cell_timeout'])} and was interrupted"
+BACKSTOP_STOP = f"the cell was {cpu_time.backstop_message(PLAN['cell_backstop'])}"
 
 
 class LimitedClient(NotebookClient):
@@ -48,6 +62,58 @@ class LimitedClient(NotebookClient):
                     "stream", name="stderr", text=TRUNCATED.format(limit=PLAN["output_limit"] // 1024)))
             return None
         return super().output(outs, msg, display_id, cell_index)
+
+
+class CellWatch(threading.Thread):
+    """Watches the CPU seconds one cell uses: past the limit the kernel is interrupted, and
+    killed if it goes on (it ignores the interrupt). Reaps the orphans this driver inherits,
+    so that their CPU stays counted and they do not pile up as zombies."""
+
+    def __init__(self, kernel):
+        super().__init__(daemon=True)
+        self.kernel = kernel   # the kernel's provisioner: its pid and process group
+        self.meter = cpu_time.ChildrenMeter()
+        self.finished = threading.Event()
+        self.exceeded = self.killed = False
+        self.start()
+
+    def run(self):
+        while not self.finished.wait(CPU_POLL_S):
+            used = self.meter.used()
+            reap_orphans(self.kernel.pid)
+            if not self.exceeded and used > PLAN["cell_timeout"]:
+                self.exceeded = True
+                self.signal(signal.SIGINT)
+            elif self.exceeded and used > PLAN["cell_timeout"] + KILL_AFTER_CPU_S:
+                self.killed = True
+                self.signal(signal.SIGKILL)
+                return
+
+    def signal(self, number):
+        """Its process group, as Jupyter interrupts a kernel, and the kernel itself if it left it."""
+        for send, target in ((os.killpg, self.kernel.pgid), (os.kill, self.kernel.pid)):
+            try:
+                if target:
+                    send(target, number)
+            except OSError:
+                pass
+
+    def stop(self):
+        """CPU seconds the cell used."""
+        self.finished.set()
+        self.join()
+        return self.meter.used()
+
+
+def reap_orphans(kernel_pid):
+    """Reap the exited children of this driver other than the kernel (orphans it inherited)."""
+    me = os.getpid()
+    for process in cpu_time.processes():
+        if process.ppid == me and process.zombie and process.pid != kernel_pid:
+            try:
+                os.waitpid(process.pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
 
 
 def cell_error(cell):
@@ -93,10 +159,13 @@ def write_vouched(path, data):
 
 
 def guard_driver():
-    """Keep the kernel away from this process: not dumpable, and stdout out of its reach."""
+    """Keep the kernel away from this process: not dumpable, and stdout out of its reach.
+    Become the subreaper of what the kernel starts, so that no process leaves the cell's CPU."""
     global REPORT_FD
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(4, 0, 0, 0, 0)   # PR_SET_DUMPABLE = 0
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER = 1
     except (OSError, AttributeError):
         pass
     REPORT_FD = os.dup(1)  # not inheritable; the kernel is started with close_fds anyway
@@ -107,10 +176,10 @@ def main():
     guard_driver()
     notebook = nbformat.read(PLAN["notebook"], as_version=4)
     client = LimitedClient(
-        notebook, timeout=PLAN["cell_timeout"], kernel_name="python3", allow_errors=True,
+        notebook, timeout=PLAN["cell_backstop"], kernel_name="python3", allow_errors=True,
         interrupt_on_timeout=True, record_timing=False,
         # Without an error reply nbclient keeps interrupting a kernel that ignores SIGINT forever.
-        error_on_timeout={"ename": "CellTimeoutError", "evalue": "interrupted at the cell time limit"},
+        error_on_timeout={"ename": "CellTimeoutError", "evalue": BACKSTOP_STOP},
         resources={"metadata": {"path": PLAN["workdir"]}})
     records = []
     state = {"kernel": "ok"}
@@ -132,10 +201,11 @@ def main():
                     record["status"] = "not_run"
                     continue
                 started = time.monotonic()
+                watch = CellWatch(client.km.provisioner)
                 try:
                     client.execute_cell(cell, index)
                 except DeadKernelError:
-                    state["kernel"] = "died"
+                    state["kernel"] = "hung" if watch.killed else "died"
                     record.update(status="error", ename="DeadKernelError",
                                   evalue="the kernel died (out of memory, or the process exited)")
                 except CellTimeoutError as exc:
@@ -145,15 +215,17 @@ def main():
                     state["kernel"] = "broken"
                     record.update(status="error", ename=type(exc).__name__,
                                   evalue=f"the kernel broke the Jupyter protocol: {exc}"[:300])
+                cpu_seconds = watch.stop()
                 record["seconds"] = round(time.monotonic() - started, 3)
                 error = cell_error(cell)
-                if record["status"] == "ok" and record["seconds"] >= PLAN["cell_timeout"]:
-                    record.update(status="timeout", ename="CellTimeoutError",
-                                  evalue=f"the cell ran longer than {PLAN['cell_timeout']} s and was interrupted")
-                    if previous_timed_out:  # the interrupt did not free the kernel
-                        state["kernel"] = "hung"
+                if watch.exceeded or (record["status"] == "ok" and cpu_seconds > PLAN["cell_timeout"]):
+                    record.update(status="timeout", ename="CellTimeoutError", evalue=CPU_STOP)
+                elif record["status"] == "ok" and record["seconds"] >= PLAN["cell_backstop"]:
+                    record.update(status="timeout", ename="CellTimeoutError", evalue=BACKSTOP_STOP)
                 elif record["status"] == "ok" and error:
                     record.update(status="error", ename=error[0], evalue=error[1])
+                if record["status"] == "timeout" and previous_timed_out:  # the interrupt did not free the kernel
+                    state["kernel"] = "hung"
                 previous_timed_out = record["status"] == "timeout"
                 save()
             if state["kernel"] == "ok":
