@@ -363,7 +363,7 @@ def test_killing_the_notebook_driver_is_reported(world: World, attack: str) -> N
 def test_endless_step_still_lets_the_probe_grade_forward(world: World) -> None:
     for name in FORWARD_ITEMS:
         assert _item(world, "probe_infinite_step", name)["status"] == "passed", name
-    assert "stopped after 10 s" in _item(world, "probe_infinite_step", "equivalence")["output"]
+    assert "used more than 10 CPU seconds" in _item(world, "probe_infinite_step", "equivalence")["output"]
     for name in STEP_ITEMS:
         assert _item(world, "probe_infinite_step", name)["status"] == "failed", name
 
