@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from grader.harness import HARNESS_DIR
-from grader.sandbox import Sandbox
-from grader.untrusted import float_array, json_object
+from grader.sandbox import MemoryShare, Sandbox
+from grader.untrusted import float_array, json_object, seconds
 
 MAX_PROBE_OUTPUT_BYTES = 256 * 2**20   # everything the supervisor relays in one run
 MAX_ARRAYS = 400                       # in one worker's message
@@ -89,6 +89,14 @@ class ProbeResult:
     import_error: str | None
     cases: dict[str, CaseOutput]
     notes: list[str] = field(default_factory=list)
+    # Timings (decide nothing), over every run of the harness: from launch until its supervisor
+    # was ready to start workers, and from then on (the import check and the cases).
+    start_seconds: float = 0.0
+    cases_seconds: float = 0.0
+
+    def stages(self) -> list[tuple[str, float]]:
+        """Where the probe's time went: ``probe_start``, then ``probe_cases``."""
+        return [("probe_start", round(self.start_seconds, 3)), ("probe_cases", round(self.cases_seconds, 3))]
 
 
 # ----------------------------------------------------------------------------- kept
@@ -144,7 +152,7 @@ def probe_from_record(record: Any, blobs: list[bytes]) -> ProbeResult | None:
 # ----------------------------------------------------------------------------- run
 
 def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox, scratch: Path,
-              case_timeout: float, driver: Path | None = None) -> ProbeResult:
+              case_timeout: float, driver: Path | None = None, share: MemoryShare | None = None) -> ProbeResult:
     """Run every case, restarting the harness after its supervisor dies (killed by student
     code, or by a sandbox limit).
 
@@ -152,6 +160,7 @@ def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox
     harness/probe_harness.py), so nothing a worker writes can reach the grader or another
     worker. Each worker's message is parsed here, with pickle disabled and size limits.
     ``driver`` is the checks module's driver file (its handlers), sent with the request.
+    The runs' memory is counted in ``share``, with the submission's other runs.
     """
     driver_source = driver.read_text(encoding="utf-8") if driver else None
     by_name = {c.name: c for c in probe_cases}
@@ -160,6 +169,7 @@ def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox
     remaining = [c.name for c in probe_cases]
     import_status, import_error = "not_run", None
     deaths: dict[str, int] = {}
+    start_seconds = cases_seconds = 0.0
     harness = scratch / "probe_harness.py"
     shutil.copy(HARNESS_DIR / "probe_harness.py", harness)
     for _ in range(MAX_RESTARTS + 1):
@@ -169,9 +179,13 @@ def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox
                              timeout=case_timeout * (workers + 1) + 30, read_only=True,
                              stdin=harness_request(module_source, cases, case_timeout, sandbox.own_pid_namespace,
                                                    driver_source),
-                             output_bytes=MAX_PROBE_OUTPUT_BYTES)
+                             output_bytes=MAX_PROBE_OUTPUT_BYTES, share=share)
         notes.extend(reason for reason in result.stopped if reason not in notes)
         answer = read_answer(result.stdout_bytes, cases)
+        ready = None if answer is None or answer.ready is None else seconds(answer.ready - result.started,
+                                                                             result.wall_seconds)
+        start_seconds += result.wall_seconds if ready is None else ready
+        cases_seconds += 0.0 if ready is None else result.wall_seconds - ready
         if answer is None:
             import_status, import_error = "error", _process_death("importing your code", result)
             break
@@ -200,7 +214,7 @@ def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox
             break
     for name in remaining:
         outputs.setdefault(name, CaseOutput("not_run", "the probe stopped before this case"))
-    return ProbeResult(import_status, import_error, outputs, notes)
+    return ProbeResult(import_status, import_error, outputs, notes, start_seconds, cases_seconds)
 
 
 def harness_request(module_source: str, cases: list[ProbeCase], case_timeout: float, own_pid_namespace: bool,
@@ -261,6 +275,7 @@ class HarnessAnswer:
     import_error: str | None
     outputs: dict[str, CaseOutput]
     syscall_filter: bool
+    ready: float | None = None          # when the supervisor was ready (its monotonic clock), a timing
 
 
 def read_answer(stream: bytes, cases: list[ProbeCase]) -> HarnessAnswer | None:
@@ -272,16 +287,17 @@ def read_answer(stream: bytes, cases: list[ProbeCase]) -> HarnessAnswer | None:
     record, data = import_frames[0]
     message = parse_message(data) if record.get("status") == "ok" else None
     syscall_filter = bool(record.get("syscall_filter"))
+    ready = seconds(record.get("ready"), float("inf"))
     if message is None or not message.ok:
         error = message.error if message else str(record.get("error") or "the import failed")
-        return HarnessAnswer("error", error, {}, syscall_filter)
+        return HarnessAnswer("error", error, {}, syscall_filter, ready)
     outputs: dict[str, CaseOutput] = {}
     for case in cases:
         output = _case_output(case, frames.get(case.name, []))
         if output is None:
             break  # the supervisor died during this case
         outputs[case.name] = output
-    return HarnessAnswer("ok", None, outputs, syscall_filter)
+    return HarnessAnswer("ok", None, outputs, syscall_filter, ready)
 
 
 @dataclass

@@ -9,7 +9,10 @@ second timeout in a row, or a dead kernel, ends execution.
 The kernel runs student code as the same user as this driver, so it can rewrite any file
 here. The driver therefore vouches for what it writes on a channel the kernel cannot reach:
 after each write it prints ``G2C-FILE <sha256> <name>`` on its own stdout, and ``G2C-DONE``
-when it finishes. The kernel never gets that stdout (it inherits the sandbox's stderr as
+when it finishes. Its report also says when the driver started (``started``, on the
+monotonic clock, which the sandbox shares with the grader) and how long the kernel took to
+start (``kernel_start``), as timings; like every cell's ``seconds``, they decide nothing.
+The kernel never gets that stdout (it inherits the sandbox's stderr as
 its stdout), and the driver is not dumpable, so ``/proc/<pid>/fd`` and ptrace are closed to
 the kernel. The trusted side reads only files whose digest was printed.
 """
@@ -104,6 +107,7 @@ def guard_driver():
 
 
 def main():
+    driver_started = time.monotonic()
     guard_driver()
     notebook = nbformat.read(PLAN["notebook"], as_version=4)
     client = LimitedClient(
@@ -114,14 +118,17 @@ def main():
         resources={"metadata": {"path": PLAN["workdir"]}})
     records = []
     state = {"kernel": "ok"}
+    timings = {"started": driver_started}
 
     def save():
-        write_vouched(PLAN["results"], json.dumps({"cells": records, "kernel": state["kernel"],
+        write_vouched(PLAN["results"], json.dumps({"cells": records, "kernel": state["kernel"], "timings": timings,
                                                    "truncated_cells": sorted(client.truncated_cells)}).encode())
 
     save()
     try:
+        kernel_starting = time.monotonic()
         with client.setup_kernel():
+            timings["kernel_start"] = round(time.monotonic() - kernel_starting, 3)
             previous_timed_out = False
             for index, cell in enumerate(notebook.cells):
                 if cell.cell_type != "code":
