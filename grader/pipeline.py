@@ -248,7 +248,8 @@ class SubmissionGrader:
         prober = ThreadPoolExecutor(max_workers=1, thread_name_prefix="g2c-probe")
         try:
             # A package file is graded without a readable notebook too.
-            probing = prober.submit(self._probe, submission, share, probe_notes) if submission.scaffold_sources else None
+            probing = (prober.submit(self._probe, submission, share, probe_notes) if submission.scaffold_sources
+                       else None)
             if submission.fatal is None:
                 execution = self._execute(submission, share, execution_notes)
             if probing is not None:
