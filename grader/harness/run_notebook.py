@@ -9,12 +9,13 @@ second timeout in a row, or a dead kernel, ends execution.
 The kernel runs student code as the same user as this driver, so it can rewrite any file
 here. The driver therefore vouches for what it writes on a channel the kernel cannot reach:
 after each write it prints ``G2C-FILE <sha256> <name>`` on its own stdout, and ``G2C-DONE``
-when it finishes. Its report also says when the driver started (``started``, on the
-monotonic clock, which the sandbox shares with the grader) and how long the kernel took to
-start (``kernel_start``), as timings; like every cell's ``seconds``, they decide nothing.
-The kernel never gets that stdout (it inherits the sandbox's stderr as
+when it finishes. The kernel never gets that stdout (it inherits the sandbox's stderr as
 its stdout), and the driver is not dumpable, so ``/proc/<pid>/fd`` and ptrace are closed to
 the kernel. The trusted side reads only files whose digest was printed.
+
+The report's ``timings`` say when the driver started (``started``, on the monotonic clock,
+which the sandbox shares with the grader) and how long the kernel took to start
+(``kernel_start``): where the time went, for TAs; they decide nothing.
 """
 import ctypes
 import hashlib
