@@ -24,8 +24,8 @@ from grader import cells
 from grader.harness import HARNESS_DIR
 from grader.harness.cpu_time import BACKSTOP
 from grader.rubric import Limits
-from grader.sandbox import Sandbox
-from grader.untrusted import read_bytes, read_json, vouched_files
+from grader.sandbox import MemoryShare, Sandbox
+from grader.untrusted import read_bytes, read_json, seconds, vouched_files
 
 MAX_ANSWERS_BYTES = 4 * 2**20
 # Heavy exercise cells read G2C_GRADING and run on a small budget; one thread per kernel keeps
@@ -43,6 +43,7 @@ class CellRun:
     cell_id: str | None
     status: str                 # ok | error | timeout | not_run
     error: str | None = None
+    seconds: float | None = None   # how long it ran, as the driver measured it (a timing only)
 
 
 @dataclass
@@ -54,6 +55,9 @@ class ExecutionResult:
     stopped: list[str] = field(default_factory=list)   # what the sandbox stopped
     notes: list[str] = field(default_factory=list)
     executed_notebook: bytes | None = None           # the run's notebook with outputs, for TAs
+    # Timings (decide nothing): launch to the driver's start, and the kernel's start.
+    sandbox_start: float | None = None
+    kernel_start: float | None = None
 
     def problems(self) -> list[str]:
         """Readable reasons why the run was not clean (empty when every cell ran)."""
@@ -73,6 +77,15 @@ class ExecutionResult:
                 return f"{self.cell_label(run)}: {run.error}"
         return next((reason for reason in self.stopped if reason.startswith(BACKSTOP)), None)
 
+
+    def stages(self) -> list[tuple[str, float]]:
+        """Where the run's time went, in order: the sandbox's and the kernel's start, then each
+        cell that ran, named as the student counts code cells (``code cell 3 (In[3])``)."""
+        found = [(name, value) for name, value in (("sandbox_start", self.sandbox_start),
+                                                   ("kernel_start", self.kernel_start)) if value is not None]
+        numbers = {index: n for n, index in enumerate(sorted(c.index for c in self.cells), start=1)}
+        return found + [(cells.code_cell_label(numbers[run.index], self._code_cells.get(run.index, ("", None))[1]),
+                         run.seconds) for run in self.cells if run.seconds is not None]
 
     def cell_label(self, run: CellRun) -> str:
         """How the student finds ``run``'s cell (``cells.code_cell_label``): which cell comes from
@@ -158,8 +171,10 @@ def prepare_notebook(submission: nbformat.NotebookNode, master: nbformat.Noteboo
 
 
 def execute_notebook(notebook: nbformat.NotebookNode, sandbox: Sandbox, scratch: Path,
-                     limits: Limits, answer_variables: tuple[str, ...]) -> ExecutionResult:
-    """Run ``notebook`` in the sandbox; never raises for anything the notebook does."""
+                     limits: Limits, answer_variables: tuple[str, ...],
+                     share: MemoryShare | None = None) -> ExecutionResult:
+    """Run ``notebook`` in the sandbox (its memory counted in ``share``, with the submission's
+    other runs); never raises for anything the notebook does."""
     work = scratch / "execute"
     work.mkdir(parents=True, exist_ok=True)
     plan = {
@@ -181,7 +196,7 @@ def execute_notebook(notebook: nbformat.NotebookNode, sandbox: Sandbox, scratch:
                          scratch=scratch, cpu_limit=limits.notebook_timeout_s,
                          timeout=limits.backstop(limits.notebook_timeout_s),
                          env={**GRADING_ENV, "JUPYTER_RUNTIME_DIR": str(work / "runtime"),
-                              "IPYTHONDIR": str(work / "ipython")})
+                              "IPYTHONDIR": str(work / "ipython")}, share=share)
     vouched = vouched_files(result.stdout)
     finished = DRIVER_DONE_LINE in result.stdout.splitlines()
     notes: list[str] = []
@@ -193,8 +208,11 @@ def execute_notebook(notebook: nbformat.NotebookNode, sandbox: Sandbox, scratch:
     report = report or {}
     runs = [CellRun(int(r.get("index", -1)), r.get("id") if isinstance(r.get("id"), str) else None,
                     str(r.get("status", "error")),
-                    f"{r['ename']}: {r.get('evalue', '')}" if r.get("ename") else None)
+                    f"{r['ename']}: {r.get('evalue', '')}" if r.get("ename") else None,
+                    seconds(r.get("seconds"), result.wall_seconds))
             for r in report.get("cells", []) if isinstance(r, dict)]
+    timings = report.get("timings") if isinstance(report.get("timings"), dict) else {}
+    driver_started = seconds(timings.get("started"), float("inf"))
     ran = {r.index for r in runs}
     runs += [CellRun(i, c.get("id"), "not_run") for i, c in enumerate(notebook.cells)
              if c.cell_type == "code" and i not in ran]
@@ -219,7 +237,10 @@ def execute_notebook(notebook: nbformat.NotebookNode, sandbox: Sandbox, scratch:
         cells=runs, kernel=kernel, timed_out=result.timed_out,
         answers={k: v for k, v in answers.items() if k in answer_variables},
         stopped=list(result.stopped), notes=notes,
-        executed_notebook=executed)
+        executed_notebook=executed,
+        sandbox_start=None if driver_started is None else seconds(driver_started - result.started,
+                                                                  result.wall_seconds),
+        kernel_start=seconds(timings.get("kernel_start"), result.wall_seconds))
 
 
 def _tail(what: str, stderr: str) -> str:

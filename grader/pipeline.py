@@ -17,10 +17,12 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import struct
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -37,9 +39,9 @@ from grader.load import Submission, load_submission
 from grader.graft import GraftError, submission_module_source
 from grader.probe import MAX_PROBE_OUTPUT_BYTES, ProbeResult, probe_from_record, probe_record, run_probe
 from grader.rubric import Rubric
-from grader.sandbox import Sandbox
+from grader.sandbox import MemoryShare, Sandbox
 from grader.score import GradeResult, score_items
-from grader.untrusted import json_object, read_bytes
+from grader.untrusted import json_object, read_bytes, seconds
 from grader.written import WRITTEN_INPUTS, inputs_artifact, screen
 
 
@@ -52,6 +54,9 @@ SCREENING = "screening.json"           # the written stage's grade-time flags, u
 RAW_MAGIC = b"G2C-RAW-1\n"
 MAX_RAW_BYTES = MAX_PROBE_OUTPUT_BYTES + 4 * MAX_ANSWERS_BYTES
 Outcome = TypeVar("Outcome")   # what one sandboxed stage returns
+MAX_STAGES = 10_000          # timed stages a kept run may hold (one per code cell, and a few)
+MAX_STAGE_NAME = 200
+MAX_STAGE_SECONDS = 86_400.0
 
 
 @dataclass
@@ -64,6 +69,10 @@ class KeptRun:
     probe_problem: str | None
     notes: list[str] = field(default_factory=list)   # the stages' notes, after the submission's own
     ran: bool = False                                 # whether any student code ran
+    # Timings (decide nothing): the sandboxed stages, in order, as [name, seconds] (``stages``
+    # in results.json's extra_data.timings), and the peak memory of the submission's runs.
+    stages: list[tuple[str, float]] = field(default_factory=list)
+    peak_memory_mib: float | None = None
     # The screening's flags by question when kept under the current screening key (not in the
     # kept-run file: screening is evaluation, kept beside it in SCREENING).
     screening: dict[str, list[str]] | None = None
@@ -75,7 +84,8 @@ class KeptRun:
                              "execution": execution_record(self.execution) if self.execution else None,
                              "execution_problem": self.execution_problem,
                              "probe": probe_record(self.probe, blobs) if self.probe else None,
-                             "probe_problem": self.probe_problem}).encode()
+                             "probe_problem": self.probe_problem, "stages": self.stages,
+                             "peak_memory_mib": self.peak_memory_mib}).encode()
         return b"".join([RAW_MAGIC, struct.pack(">Q", len(header)), header,
                          *(struct.pack(">Q", len(b)) + b for b in blobs)])
 
@@ -107,9 +117,13 @@ class KeptRun:
             return None
         execution = header.get("execution") and execution_from_record(header["execution"])
         probe = header.get("probe") and probe_from_record(header["probe"], blobs)
-        if (header.get("execution") and execution is None) or (header.get("probe") and probe is None):
+        stages = _kept_stages(header.get("stages"))
+        peak = header.get("peak_memory_mib")
+        if (header.get("execution") and execution is None) or (header.get("probe") and probe is None) \
+                or stages is None or not (peak is None or type(peak) in (int, float) and 0 <= peak < math.inf):
             return None
-        return cls(execution or None, problems[0], probe or None, problems[1], list(notes), header["ran"])
+        return cls(execution or None, problems[0], probe or None, problems[1], list(notes), header["ran"],
+                   stages=stages, peak_memory_mib=peak)
 
 
 class SubmissionGrader:
@@ -184,10 +198,14 @@ class SubmissionGrader:
         context = CheckContext(self.rubric, self.assignment.master_path, run.probe, run.probe_problem,
                                execution, run.execution_problem,
                                execution.answers if execution else {})
+        checking = time.monotonic()
         verdicts = self.checks.evaluate(context)
+        items_checked = time.monotonic()
         # Written answers are screened here, whatever --llm says: the written stage's grade-time part.
         screened = run.screening is None
         flags = screen(self.rubric, submission, context.answers) if screened else run.screening
+        stages = [*run.stages, ("checks", round(items_checked - checking, 3)),
+                  ("written", round(time.monotonic() - items_checked, 3))]
         items = score_items(self.rubric, verdicts, submission, flags)
         if submission.fatal:
             notes.insert(0, f"This notebook could not be graded: {submission.fatal}" if path is not None
@@ -216,37 +234,58 @@ class SubmissionGrader:
                            notes, time.monotonic() - started, self.cache_key(submission.sha256), artifacts,
                            isolation=self.sandbox.isolation if run.ran else "", sources=submission.sources,
                            grader_errors=sorted(crashed),
-                           digests={k: self.digests[k] for k in ("execution", "evaluation")})
+                           digests={k: self.digests[k] for k in ("execution", "evaluation")},
+                           stages=stages, peak_memory_mib=run.peak_memory_mib)
 
     def _run(self, submission: Submission) -> KeptRun:
-        """The sandboxed stages: the notebook run, then the probe of the scaffold. A stage that
+        """The sandboxed stages: the notebook run and, at the same time in a thread of its own,
+        the probe of the scaffold. Each has its own sandbox run (uid and scratch); they share
+        the memory limit (``MemoryShare``), which binds the submission as a whole. A stage that
         a wall-clock backstop stopped runs once more (``_retried``)."""
-        notes: list[str] = []
+        share = MemoryShare()
+        execution_notes: list[str] = []
+        probe_notes: list[str] = []
         execution, execution_problem = None, submission.fatal
         probe, probe_problem = None, (None if submission.scaffold_sources
                                       else submission.scaffold_problem or submission.fatal)
-        if submission.fatal is None:
-            execution = _retried("the notebook run", notes, lambda stage_notes: self._execute(submission, stage_notes),
-                                 ExecutionResult.backstop)
-        if submission.scaffold_sources:   # a package file is graded without a readable notebook too
-            probe, probe_problem = _retried("the probe", notes, lambda stage_notes: self._probe(submission, stage_notes),
-                                            lambda outcome: outcome[0].backstop() if outcome[0] else None)
+        prober = ThreadPoolExecutor(max_workers=1, thread_name_prefix="g2c-probe")
+        try:
+            # A package file is graded without a readable notebook too.
+            probing = (prober.submit(_retried, "the probe", probe_notes,
+                                     lambda stage_notes: self._probe(submission, share, stage_notes),
+                                     lambda outcome: outcome[0].backstop() if outcome[0] else None)
+                       if submission.scaffold_sources else None)
+            if submission.fatal is None:
+                execution = _retried("the notebook run", execution_notes,
+                                     lambda stage_notes: self._execute(submission, share, stage_notes),
+                                     ExecutionResult.backstop)
+            if probing is not None:
+                probe, probe_problem = probing.result()
+        finally:
+            # Not waited for when the notebook's run was cut short (the worker told to stop): the
+            # probe's bwrap dies with this process (--die-with-parent), and the guard kills the rest.
+            prober.shutdown(wait=False)
         ran = execution is not None or probe is not None
+        notes = execution_notes + probe_notes
         if ran:
             notes.append(self.sandbox.note)   # students and TAs see how the code was isolated
-        return KeptRun(execution, execution_problem, probe, probe_problem, notes, ran)
+        stages = (execution.stages() if execution else []) + (probe.stages() if probe else [])
+        peak = round(share.peak_bytes / 2**20, 1) if ran else None
+        return KeptRun(execution, execution_problem, probe, probe_problem, notes, ran, stages=stages,
+                       peak_memory_mib=peak)
 
-    def _execute(self, submission: Submission, notes: list[str]) -> ExecutionResult:
+    def _execute(self, submission: Submission, share: MemoryShare, notes: list[str]) -> ExecutionResult:
         notebook = _with_package_scaffolds(submission, self.assignment.master)
         prepared = prepare_notebook(notebook, self.assignment.master, notes)
         with tempfile.TemporaryDirectory(prefix=f"g2c-{_safe(submission.submission_id)}-") as scratch:
             result = execute_notebook(prepared, self.sandbox, Path(scratch), self.rubric.limits,
-                                      self.rubric.answer_variables)
+                                      self.rubric.answer_variables, share)
         notes.extend(result.notes)
         notes.extend(f"stopped during execution: {reason}" for reason in result.stopped)
         return result
 
-    def _probe(self, submission: Submission, notes: list[str]) -> tuple[ProbeResult | None, str | None]:
+    def _probe(self, submission: Submission, share: MemoryShare,
+               notes: list[str]) -> tuple[ProbeResult | None, str | None]:
         try:
             source, graft_notes = submission_module_source(self.assignment.master, submission.scaffold_sources)
         except GraftError as exc:
@@ -255,7 +294,8 @@ class SubmissionGrader:
         limits = self.rubric.limits
         with tempfile.TemporaryDirectory(prefix=f"g2c-{_safe(submission.submission_id)}-probe-") as scratch:
             result = run_probe(source, self.checks.probe_cases(self.rubric), self.sandbox, Path(scratch),
-                               limits.probe_case_timeout_s, self.checks.PROBE_DRIVER, limits.wall_backstop_factor)
+                               limits.probe_case_timeout_s, self.checks.PROBE_DRIVER, limits.wall_backstop_factor,
+                               share)
         notes.extend(f"stopped during the probe: {reason}" for reason in result.notes)
         return result, None
 
@@ -279,6 +319,22 @@ def _retried(stage: str, notes: list[str], run: Callable[[list[str]], Outcome],
                  + (f"stopped again ({again})" if again else "the second run finished within its limits"))
     notes.extend(second_notes)
     return outcome
+
+
+def _kept_stages(value: object) -> list[tuple[str, float]] | None:
+    """A kept run's ``stages`` read back (capped, every entry a [name, seconds] pair), or None."""
+    if not isinstance(value, list) or len(value) > MAX_STAGES:
+        return None
+    stages = []
+    for entry in value:
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)
+                and len(entry[0]) <= MAX_STAGE_NAME):
+            return None
+        duration = seconds(entry[1], MAX_STAGE_SECONDS)
+        if duration is None:
+            return None
+        stages.append((entry[0], duration))
+    return stages
 
 
 def _with_package_scaffolds(submission: Submission, master: nbformat.NotebookNode) -> nbformat.NotebookNode:

@@ -21,8 +21,8 @@ import numpy as np
 from grader.harness import HARNESS_DIR
 from grader.harness.cpu_time import BACKSTOP
 from grader.rubric import Limits
-from grader.sandbox import Sandbox
-from grader.untrusted import float_array, json_object
+from grader.sandbox import MemoryShare, Sandbox
+from grader.untrusted import float_array, json_object, seconds
 
 MAX_PROBE_OUTPUT_BYTES = 256 * 2**20   # everything the supervisor relays in one run
 MAX_ARRAYS = 400                       # in one worker's message
@@ -92,6 +92,14 @@ class ProbeResult:
     import_error: str | None
     cases: dict[str, CaseOutput]
     notes: list[str] = field(default_factory=list)
+    # Timings (decide nothing), over every run of the harness: from launch until its supervisor
+    # was ready to start workers, and from then on (the import check and the cases).
+    start_seconds: float = 0.0
+    cases_seconds: float = 0.0
+
+    def stages(self) -> list[tuple[str, float]]:
+        """Where the probe's time went: ``probe_start``, then ``probe_cases``."""
+        return [("probe_start", round(self.start_seconds, 3)), ("probe_cases", round(self.cases_seconds, 3))]
 
     def backstop(self) -> str | None:
         """What a wall-clock backstop stopped (the import, a case, or the whole run), or None.
@@ -157,7 +165,7 @@ def probe_from_record(record: Any, blobs: list[bytes]) -> ProbeResult | None:
 
 def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox, scratch: Path,
               case_timeout: float, driver: Path | None = None,
-              backstop_factor: float = Limits.wall_backstop_factor) -> ProbeResult:
+              backstop_factor: float = Limits.wall_backstop_factor, share: MemoryShare | None = None) -> ProbeResult:
     """Run every case, restarting the harness after its supervisor dies (killed by student
     code, or by a sandbox limit).
 
@@ -167,6 +175,7 @@ def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox
     ``driver`` is the checks module's driver file (its handlers), sent with the request.
     ``case_timeout`` is CPU seconds per worker, as is the whole run's limit (every worker's
     and some to spare); each has a wall-clock backstop ``backstop_factor`` times as long.
+    The runs' memory is counted in ``share``, with the submission's other runs.
     """
     driver_source = driver.read_text(encoding="utf-8") if driver else None
     by_name = {c.name: c for c in probe_cases}
@@ -175,6 +184,7 @@ def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox
     remaining = [c.name for c in probe_cases]
     import_status, import_error = "not_run", None
     deaths: dict[str, int] = {}
+    start_seconds = cases_seconds = 0.0
     harness = scratch / "probe_harness.py"
     for script in HARNESS_SCRIPTS:
         shutil.copy(HARNESS_DIR / script, scratch / script)
@@ -186,9 +196,13 @@ def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox
                              timeout=cpu_limit * backstop_factor, read_only=True,
                              stdin=harness_request(module_source, cases, case_timeout, sandbox.own_pid_namespace,
                                                    driver_source, backstop_factor),
-                             output_bytes=MAX_PROBE_OUTPUT_BYTES)
+                             output_bytes=MAX_PROBE_OUTPUT_BYTES, share=share)
         notes.extend(reason for reason in result.stopped if reason not in notes)
         answer = read_answer(result.stdout_bytes, cases)
+        ready = None if answer is None or answer.ready is None else seconds(answer.ready - result.started,
+                                                                             result.wall_seconds)
+        start_seconds += result.wall_seconds if ready is None else ready
+        cases_seconds += 0.0 if ready is None else result.wall_seconds - ready
         if answer is None:
             import_status, import_error = "error", _process_death("importing your code", result)
             break
@@ -217,7 +231,7 @@ def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox
             break
     for name in remaining:
         outputs.setdefault(name, CaseOutput("not_run", "the probe stopped before this case"))
-    return ProbeResult(import_status, import_error, outputs, notes)
+    return ProbeResult(import_status, import_error, outputs, notes, start_seconds, cases_seconds)
 
 
 def harness_request(module_source: str, cases: list[ProbeCase], case_timeout: float, own_pid_namespace: bool,
@@ -281,6 +295,7 @@ class HarnessAnswer:
     import_error: str | None
     outputs: dict[str, CaseOutput]
     syscall_filter: bool
+    ready: float | None = None          # when the supervisor was ready (its monotonic clock), a timing
 
 
 def read_answer(stream: bytes, cases: list[ProbeCase]) -> HarnessAnswer | None:
@@ -292,16 +307,17 @@ def read_answer(stream: bytes, cases: list[ProbeCase]) -> HarnessAnswer | None:
     record, data = import_frames[0]
     message = parse_message(data) if record.get("status") == "ok" else None
     syscall_filter = bool(record.get("syscall_filter"))
+    ready = seconds(record.get("ready"), float("inf"))
     if message is None or not message.ok:
         error = message.error if message else str(record.get("error") or "the import failed")
-        return HarnessAnswer("error", error, {}, syscall_filter)
+        return HarnessAnswer("error", error, {}, syscall_filter, ready)
     outputs: dict[str, CaseOutput] = {}
     for case in cases:
         output = _case_output(case, frames.get(case.name, []))
         if output is None:
             break  # the supervisor died during this case
         outputs[case.name] = output
-    return HarnessAnswer("ok", None, outputs, syscall_filter)
+    return HarnessAnswer("ok", None, outputs, syscall_filter, ready)
 
 
 @dataclass

@@ -61,11 +61,15 @@ How a command is isolated (bubblewrap, ``bwrap``)
   grader. The memory of the *whole* sandbox is watched too: every 0.25 s the watchdog adds
   up the proportional set sizes of its processes and what its private ``/tmp`` and
   ``/dev/shm`` hold (RAM too), and kills them all above ``memory_bytes`` (many processes
-  each under the per-process limit). Once a second it also walks scratch, the only host
-  disk the command can write: above ``disk_bytes`` or ``max_files`` in total, everything
-  is killed (``RLIMIT_FSIZE`` alone bounds one file, not how many). cgroups are not used:
-  they are not reliably delegated to the grader, so instead of CPU shares the command runs
-  at nice 10, which keeps the grader itself responsive on a busy machine.
+  each under the per-process limit). Runs of one submission that run at the same time (its
+  notebook and its probe) share that limit through a :class:`MemoryShare`: their sum is
+  held to it, and the run holding the most is stopped. Each has its own uid and scratch:
+  neither can signal the other's processes or change (under bubblewrap: see) its files.
+  Once a second it also walks scratch, the only host disk the command can write: above
+  ``disk_bytes`` or ``max_files`` in total, everything is killed (``RLIMIT_FSIZE`` alone
+  bounds one file, not how many). cgroups are not used: they are not reliably delegated to
+  the grader, so instead of CPU shares the command runs at nice 10, which keeps the grader
+  itself responsive on a busy machine.
 * **Watchdog**: after the wall-clock timeout, or once the run's processes together have used
   ``cpu_limit`` CPU seconds (when the caller sets one: the wall-clock timeout is then only its
   backstop, for a command that sleeps or hangs), the whole tree is killed (bwrap, whose
@@ -147,6 +151,7 @@ from grader.harness.cpu_time import backstop_message, cpu_limit_message, cpu_sec
 
 __all__ = [
     "Limits",
+    "MemoryShare",
     "SandboxResult",
     "SandboxUnavailable",
     "Sandbox",
@@ -205,6 +210,36 @@ class SandboxResult:
     stopped: list[str]  # human-readable reasons for anything the sandbox stopped
     sandboxed: bool  # False when run via the unsandboxed fallback (isolation "none")
     stdout_bytes: bytes = b""  # stdout as received (up to the cap), for binary protocols
+    started: float = 0.0  # time.monotonic() when the command was launched (the clock inside is the same)
+    peak_memory_bytes: int = 0  # the most the watchdog saw in use: PSS of its processes + its tmpfs
+
+
+class MemoryShare:
+    """One memory limit for several runs at once (one submission's notebook and probe).
+
+    Each run's watchdog reports what its run holds; the runs are stopped as their sum passes
+    ``memory_bytes``, the run holding the most first, so the limit binds the submission as a
+    whole wherever its memory is. Also keeps the peak of the sum, the submission's peak.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._in_use: dict[int, int] = {}
+        self.peak_bytes = 0
+
+    def over(self, run: int, in_use: int, limit: int) -> int | None:
+        """Record that ``run`` holds ``in_use`` bytes; the sum of all runs when it passes
+        ``limit`` and ``run`` holds the most (so ``run`` is the one to stop), else None."""
+        with self._lock:
+            self._in_use[run] = in_use
+            total = sum(self._in_use.values())
+            self.peak_bytes = max(self.peak_bytes, total)
+            return total if total > limit and in_use == max(self._in_use.values()) else None
+
+    def ended(self, run: int) -> None:
+        """``run`` holds nothing any more."""
+        with self._lock:
+            self._in_use.pop(run, None)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -384,7 +419,8 @@ class Sandbox:
 
     def run(self, argv: Sequence[str], *, scratch: Path, env: Mapping[str, str] | None = None,
             timeout: float | None = None, stdin: bytes | None = None, read_only: bool = False,
-            output_bytes: int | None = None, cpu_limit: float | None = None) -> SandboxResult:
+            output_bytes: int | None = None, cpu_limit: float | None = None,
+            share: MemoryShare | None = None) -> SandboxResult:
         """Run ``argv`` in ``scratch`` (bound at its own path; cwd and HOME there).
 
         ``env`` is laid over the sandbox's defaults (PATH to the venv first, HOME,
@@ -397,7 +433,8 @@ class Sandbox:
         the command can then write nowhere at all, so its processes cannot leave each other
         anything in files (the other isolation levels cannot do this; the unprivileged user
         gets a scratch it cannot write, but the host's shared temporary folders stay
-        writable). Whatever the command does, this returns a result.
+        writable). With ``share``, the memory limit binds this run and the other runs of that
+        share together (see :class:`MemoryShare`). Whatever the command does, this returns a result.
         """
         if not argv:
             raise ValueError("empty argv")
@@ -413,21 +450,21 @@ class Sandbox:
             tmp.mkdir(exist_ok=True)
             command = [*_unshare_prefix(), *_launcher_argv(self.limits, -1, argv)]
             return self._supervise(command, _environment(scratch, str(tmp), env), scratch,
-                                   None, timeout, stdin, output_bytes, cpu_limit)
+                                   None, timeout, stdin, output_bytes, cpu_limit, share)
         lease = _UidLease() if os.geteuid() == 0 else None
         try:
             uid = lease.uid if lease else None
             if self.isolation == "unprivileged-user":
                 assert uid is not None, "chosen only for a grader running as root"
                 return self._run_as_user(argv, scratch, uid, env, timeout, stdin, read_only, output_bytes,
-                                         cpu_limit)
+                                         cpu_limit, share)
             if uid is not None:
                 _give_to(scratch, uid)
             command = _bwrap_argv(self.limits, self.read_only_paths, scratch,
                                   -1 if uid is None else uid, argv, read_only)
             try:
                 return self._supervise(command, _environment(scratch, "/tmp", env), scratch,
-                                       uid, timeout, stdin, output_bytes, cpu_limit)
+                                       uid, timeout, stdin, output_bytes, cpu_limit, share)
             finally:
                 if uid is not None:
                     # Back to the grader before the uid is free: the next run on it may be at the
@@ -440,7 +477,8 @@ class Sandbox:
 
     def _run_as_user(self, argv: Sequence[str], scratch: Path, uid: int, env: Mapping[str, str] | None,
                      timeout: float, stdin: bytes | None, read_only: bool,
-                     output_bytes: int | None, cpu_limit: float | None) -> SandboxResult:
+                     output_bytes: int | None, cpu_limit: float | None,
+                     share: MemoryShare | None) -> SandboxResult:
         """The unprivileged-user level: no bwrap, the launcher drops to ``uid`` on the host."""
         tmp = scratch / ".tmp"
         if read_only:
@@ -451,7 +489,7 @@ class Sandbox:
         command = [*_unshare_prefix(), *_launcher_argv(self.limits, uid, argv)]
         try:
             return self._supervise(command, _environment(scratch, str(tmp), env), scratch,
-                                   uid, timeout, stdin, output_bytes, cpu_limit)
+                                   uid, timeout, stdin, output_bytes, cpu_limit, share)
         finally:
             # Every process of the uid is gone. The next run on this uid is another
             # student's: it must find nothing of this one, in scratch or anywhere else.
@@ -460,7 +498,7 @@ class Sandbox:
 
     def _supervise(self, command: list[str], env: dict[str, str], scratch: Path, uid: int | None,
                    timeout: float, stdin: bytes | None, output_bytes: int | None,
-                   cpu_limit: float | None) -> SandboxResult:
+                   cpu_limit: float | None, share: MemoryShare | None) -> SandboxResult:
         """Start ``command``, watch it, take its whole tree down, and report."""
         limits = self.limits
         output_cap = limits.output_bytes if output_bytes is None else output_bytes
@@ -479,7 +517,9 @@ class Sandbox:
             threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True).start()
 
         watch = _ExitWatch(proc.pid)
+        share = share or MemoryShare()   # alone: a share of one run, its own peak
         killed = timed_out = False
+        peak = 0
         deadline = start + timeout
         next_disk_check = start
         try:
@@ -495,11 +535,15 @@ class Sandbox:
                     stopped.append(f"{cpu_limit_message(cpu_limit)} (all its processes together); killed")
                     break
                 in_use = _memory_in_use(pids) + _tmpfs_in_use(pids)
-                if in_use > limits.memory_bytes:
+                peak = max(peak, in_use)
+                total = share.over(proc.pid, in_use, limits.memory_bytes)
+                if total is not None:
                     killed = True
+                    others = f", with the submission's other sandbox run {_size(total - in_use)}" \
+                        if total > in_use else ""
                     stopped.append(f"memory limit {_size(limits.memory_bytes)} reached "
                                    f"({_size(in_use)} in use by the sandbox's processes and its /tmp "
-                                   "and /dev/shm); killed")
+                                   f"and /dev/shm{others}); killed")
                     break
                 if time.monotonic() >= next_disk_check:
                     next_disk_check = time.monotonic() + _DISK_WATCH_INTERVAL
@@ -516,6 +560,7 @@ class Sandbox:
             except (ProcessLookupError, PermissionError):
                 pass
             _kill_processes(uid, proc.pid)
+            share.ended(proc.pid)
             watch.close()
             proc.wait()
         out.join(timeout=5)
@@ -533,7 +578,8 @@ class Sandbox:
                                f"({reader.dropped} bytes dropped)")
         return SandboxResult(returncode=returncode, stdout=out.text(), stderr=stderr,
                              timed_out=timed_out, wall_seconds=elapsed, stopped=stopped,
-                             sandboxed=self.sandboxed, stdout_bytes=out.data())
+                             sandboxed=self.sandboxed, stdout_bytes=out.data(), started=start,
+                             peak_memory_bytes=peak)
 
     def _explain(self, returncode: int | None, stderr: str) -> list[str]:
         """Readable reasons for the limits the command visibly ran into (best effort)."""

@@ -46,6 +46,10 @@ class GradeResult:
     submitted_as: str = ""   # the file or folder name as submitted, when the id had to differ
     # The grader's execution and evaluation digests the result was graded under (grader.digests).
     digests: dict[str, str] = field(default_factory=dict)
+    # Timings (decide nothing): where the grading time went, as ordered (stage, seconds) pairs,
+    # and the peak memory of its sandbox runs together; see ``timings``.
+    stages: list[tuple[str, float]] = field(default_factory=list)
+    peak_memory_mib: float | None = None
 
     @property
     def score(self) -> float:
@@ -55,6 +59,19 @@ class GradeResult:
     def max_score(self) -> float:
         return round(sum(i.max_score for i in self.items), 4)
 
+    @property
+    def timings(self) -> dict[str, Any]:
+        """results.json's ``extra_data.timings``: ``stages`` as [name, seconds] pairs in order
+        (``sandbox_start``, ``kernel_start``, each code cell that ran as the student counts it,
+        ``probe_start``, ``probe_cases``, ``checks``, ``written``, ``report``; a stage that did
+        not happen is absent), ``wall_s`` (``execution_time``) and ``peak_memory_mib`` (PSS of the
+        sandboxes' processes and their tmpfs, the most at once over the submission's runs; absent
+        when nothing ran). Empty for a result that was never graded."""
+        if not self.stages:
+            return {}
+        return {"stages": [[name, value] for name, value in self.stages], "wall_s": round(self.execution_time, 3),
+                **({"peak_memory_mib": self.peak_memory_mib} if self.peak_memory_mib is not None else {})}
+
     def to_json(self) -> dict[str, Any]:
         """Gradescope's autograder schema (a test's ``status`` is only passed or failed there,
         so the grader's own state and the stable item id go in its ``extra_data``), plus the
@@ -62,8 +79,8 @@ class GradeResult:
         also says how the student's code was isolated (``isolation``, once it ran), for a
         submission with package files which file each part came from (``sources``), the items
         an internal grader error left ungraded (``grader_errors``) and the name as submitted
-        when the id differs (``submitted_as``) and the grader's execution and evaluation digests
-        (``digests``)."""
+        when the id differs (``submitted_as``), the grader's execution and evaluation digests
+        (``digests``) and where the grading time went (``timings``)."""
         contract = {"submission_id": self.submission_id, "assignment": self.assignment,
                     "grader_version": self.grader_version, "submission_sha256": self.submission_sha256,
                     "cache_key": self.cache_key}
@@ -84,7 +101,8 @@ class GradeResult:
                            **({"sources": self.sources} if self.sources else {}),
                            **({"grader_errors": self.grader_errors} if self.grader_errors else {}),
                            **({"submitted_as": self.submitted_as} if self.submitted_as else {}),
-                           **({"digests": self.digests} if self.digests else {})},
+                           **({"digests": self.digests} if self.digests else {}),
+                           **({"timings": self.timings} if self.stages else {})},
         }
 
 
@@ -150,7 +168,19 @@ def result_from_json(data: dict[str, Any]) -> GradeResult:
                        grader_errors=[str(e) for e in top.get("grader_errors") or []],
                        submitted_as=str(top.get("submitted_as", "")),
                        digests={str(k): str(v) for k, v in (top.get("digests") or {}).items()}
-                       if isinstance(top.get("digests"), dict) else {})
+                       if isinstance(top.get("digests"), dict) else {},
+                       **_timings_from_json(top.get("timings")))
+
+
+def _timings_from_json(timings: Any) -> dict[str, Any]:
+    """``stages`` and ``peak_memory_mib`` from results.json's ``timings`` (what is not well formed is left out)."""
+    if not isinstance(timings, dict):
+        return {}
+    listed = timings.get("stages") if isinstance(timings.get("stages"), list) else []
+    stages = [(str(s[0]), float(s[1])) for s in listed
+              if isinstance(s, list) and len(s) == 2 and isinstance(s[1], (int, float))]
+    peak = timings.get("peak_memory_mib")
+    return {"stages": stages, "peak_memory_mib": float(peak) if isinstance(peak, (int, float)) else None}
 
 
 def _override_note(override: dict[str, Any] | None) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import re
 import stat
@@ -99,3 +100,15 @@ def vouched_files(stdout: str) -> dict[str, str]:
         if match:
             found[match.group(2)] = match.group(1)
     return found
+
+
+def seconds(value: Any, limit: float) -> float | None:
+    """A duration reported from inside a sandbox, as a number of seconds in ``[0, limit]``
+    rounded to milliseconds, or None when it is not a finite number (a bool is not one)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:   # an int past float's range
+        return None
+    return round(min(max(number, 0.0), float(limit)), 3) if math.isfinite(number) else None

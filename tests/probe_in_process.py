@@ -15,6 +15,7 @@ import importlib.util
 import io
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -59,7 +60,7 @@ def probe_in_process(module_source: str, cases: list[ProbeCase], driver: Path | 
         request.seek(0)
         plan, store, offsets = HARNESS.read_request(request.fileno())
     supervisor = InProcessSupervisor(plan, store, offsets)
-    supervisor.run()
+    supervisor.run(ready=time.monotonic())
     answer = read_answer(bytes(supervisor.stream), cases)
     assert answer is not None, "the harness reported no import"
     return ProbeResult(answer.import_status, answer.import_error, answer.outputs)

@@ -121,6 +121,13 @@ def test_a_check_edit_regrades_from_kept_outputs_through_grader_grade(graded, as
                {k: v for k, v in was.items() if k != "notebook_runs"}
         assert results(out, submission_id)["extra_data"]["digests"]["evaluation"].endswith("-edited")
         assert (out / submission_id / "executed.ipynb").stat().st_mtime_ns == executed[submission_id]
+        # The timings of the run it reuses are kept; evaluation's own stages are measured again.
+        timed, timed_first = (r["extra_data"]["timings"] for r in (results(out, submission_id), first[submission_id]))
+        sandboxed = [s for s in timed_first["stages"] if s[0] not in ("checks", "written", "report")]
+        assert [s[0] for s in sandboxed][:2] == ["sandbox_start", "kernel_start"] and sandboxed[-1][0] == "probe_cases"
+        assert timed["stages"][:-3] == sandboxed
+        assert [s[0] for s in timed["stages"][-3:]] == ["checks", "written", "report"]
+        assert timed["peak_memory_mib"] == timed_first["peak_memory_mib"] > 0
     changes = {c["submission_id"]: c for c in read_changes(out)}
     assert set(changes) == set(IDS)
     assert all(not c["notebook_changed"] and [i["id"] for i in c["items"]] == ["notebook_runs"]

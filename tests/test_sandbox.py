@@ -17,7 +17,7 @@ import pytest
 
 import grader
 from grader import sandbox
-from grader.sandbox import Limits, Sandbox, SandboxResult, SandboxUnavailable, check_bubblewrap
+from grader.sandbox import Limits, MemoryShare, Sandbox, SandboxResult, SandboxUnavailable, check_bubblewrap
 
 PACKAGE = Path(grader.__file__).resolve().parent
 REPO = PACKAGE.parent
@@ -208,6 +208,31 @@ def test_memory_of_many_processes_together_is_limited(tmp_path: Path) -> None:
     assert result.returncode is None and not result.timed_out
     assert result.wall_seconds < 20
     assert any(r.startswith("memory limit 1.0 GiB reached") for r in result.stopped)
+
+
+def test_runs_sharing_memory_are_limited_together_and_the_one_holding_most_is_stopped(tmp_path: Path) -> None:
+    """One submission's notebook and probe run at once: each under the limit, together over it."""
+    box, share = Sandbox(Limits(memory_bytes=2**30)), MemoryShare()
+    results: dict[str, SandboxResult] = {}
+
+    def hold(name: str, mib: int, seconds: int) -> None:
+        scratch = tmp_path / name
+        scratch.mkdir()
+        (scratch / "hold.py").write_text(f"import time\nheld = b'x' * ({mib} * 2**20)\ntime.sleep({seconds})\n"
+                                         "print('DONE')\n")
+        results[name] = box.run(["python", str(scratch / "hold.py")], scratch=scratch, timeout=120, share=share)
+
+    runs = [threading.Thread(target=hold, args=args) for args in (("large", 700, 100), ("small", 400, 30))]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join()
+    large, small = results["large"], results["small"]
+    assert large.returncode is None and not large.timed_out and "DONE" not in large.stdout
+    assert any(r.startswith("memory limit 1.0 GiB reached") and "with the submission's other sandbox run" in r
+               for r in large.stopped), large.stopped
+    assert small.returncode == 0 and "DONE" in small.stdout and not small.stopped
+    assert small.peak_memory_bytes >= 400 * 2**20 and share.peak_bytes > 2**30
 
 
 def test_memory_held_in_tmpfs_counts(tmp_path: Path) -> None:

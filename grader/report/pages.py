@@ -27,26 +27,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 import markupsafe
-
-
-def _private_matplotlib_config() -> None:
-    """matplotlib caches its font list in ~/.cache and ~/.config when it is imported: a grader
-    run leaves nothing outside its output folder, so the cache lives in a temporary folder
-    removed at exit (unless MPLCONFIGDIR says otherwise)."""
-    if "MPLCONFIGDIR" not in os.environ:
-        folder = tempfile.mkdtemp(prefix="g2c-matplotlib-")
-        atexit.register(shutil.rmtree, folder, True)
-        os.environ["MPLCONFIGDIR"] = folder
-
-
-_private_matplotlib_config()
-from matplotlib import rc_context  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402  (after the config folder is chosen)
-from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from grader import cells
 from grader.assignment import Assignment
@@ -60,6 +45,25 @@ from grader.report.results import is_pending
 from grader.rubric import WRITTEN_TAG
 from grader.score import GradeResult, ItemResult
 from grader.written import USAGE_FILE, WRITTEN_INPUTS
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+
+@functools.cache
+def _matplotlib() -> ModuleType:
+    """matplotlib, imported when the first plot is drawn (a grading worker imports this module
+    and draws none). It caches its font list in ~/.cache and ~/.config when it is imported: a
+    grader run leaves nothing outside its output folder, so the cache lives in a temporary
+    folder removed at exit (unless MPLCONFIGDIR says otherwise)."""
+    if "MPLCONFIGDIR" not in os.environ:
+        folder = tempfile.mkdtemp(prefix="g2c-matplotlib-")
+        atexit.register(shutil.rmtree, folder, True)
+        os.environ["MPLCONFIGDIR"] = folder
+    import matplotlib.figure
+    import matplotlib.ticker
+    return matplotlib
+
 
 REPORT_PAGE = "report.html"
 RELEASE_FILE = "release.json"   # the folder's release state, kept between runs
@@ -439,13 +443,13 @@ def _svg(figure: Figure) -> str:
 
 
 def _histogram(scores: list[float], max_score: float) -> str:
-    figure = Figure(figsize=(6.5, 2.6))
+    figure = _matplotlib().figure.Figure(figsize=(6.5, 2.6))
     axes = figure.add_subplot()
     bins = min(20, max(5, len(scores)))
     axes.hist(scores, bins=bins, range=(0, max(max_score, 1)), color="#3a6ea5", edgecolor="white")
     axes.set_xlabel("score")
     axes.set_ylabel("submissions")
-    axes.yaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.yaxis.set_major_locator(_matplotlib().ticker.MaxNLocator(integer=True))
     axes.spines[["top", "right"]].set_visible(False)
     return _svg(figure)
 
@@ -480,7 +484,7 @@ class PassRate:
 def _pass_rates(rates: list[PassRate]) -> str:
     """Horizontal bars of passed / graded per item, each labelled with its rate and pending
     count. The labels are SVG text (not glyph outlines), so they can be read, found and copied."""
-    figure = Figure(figsize=(6.5, 0.28 * max(len(rates), 1) + 0.8))
+    figure = _matplotlib().figure.Figure(figsize=(6.5, 0.28 * max(len(rates), 1) + 0.8))
     axes = figure.add_subplot()
     ordered = rates[::-1]
     bars = axes.barh([r.name for r in ordered], [100 * (r.rate or 0) for r in ordered], color="#5a9a5a")
@@ -493,7 +497,7 @@ def _pass_rates(rates: list[PassRate]) -> str:
     axes.set_xlabel("% of graded submissions passed (pending items not counted)")
     axes.tick_params(axis="y", labelsize=8)
     axes.spines[["top", "right"]].set_visible(False)
-    with rc_context({"svg.fonttype": "none"}):   # this figure only; the histogram keeps the default
+    with _matplotlib().rc_context({"svg.fonttype": "none"}):   # this figure only; the histogram keeps the default
         return _svg(figure)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import time
 from pathlib import Path
 
 from grader.intake import SAFE_ID
@@ -34,11 +35,17 @@ def csv_row(values: list[str]) -> list[str]:
 
 
 def write_result(out_dir: Path, result: GradeResult) -> Path:
-    """Write DIR/<id>/results.json atomically, so an interrupted batch never leaves half a file."""
+    """Write DIR/<id>/results.json atomically, so an interrupted batch never leaves half a file.
+    A graded result's timings get the ``report`` stage when it is first written: the time its
+    artifacts (the executed notebook, the kept run...) took to write, measured before
+    results.json, which holds it."""
+    writing = time.monotonic()
     target = out_dir / result.submission_id / RESULTS_FILE
     target.parent.mkdir(parents=True, exist_ok=True)
     for name, data in result.artifacts.items():
         (target.parent / name).write_bytes(data)
+    if result.stages and all(name != "report" for name, _ in result.stages):   # a rewrite keeps the grading's
+        result.stages.append(("report", round(time.monotonic() - writing, 3)))
     temporary = target.with_suffix(".json.tmp")
     temporary.write_text(json.dumps(result.to_json(), indent=2))
     os.replace(temporary, target)  # last, so a results.json always comes with its artifacts

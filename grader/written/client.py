@@ -11,11 +11,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
-
-import anthropic
+from typing import TYPE_CHECKING, Any, Callable
 
 from grader.rubric import LLMSettings, Prices
+
+if TYPE_CHECKING:   # imported when a client is made: every grading process imports this module, few send
+    import anthropic
 
 BATCH_STATE = "llm_batch.json"     # the batch in flight, for resuming after an interruption
 
@@ -100,11 +101,13 @@ def make_client(settings: LLMSettings) -> anthropic.Anthropic | None:
     key = os.environ.get("ANTHROPIC_API_KEY")
     if not key:
         return None
+    import anthropic
     return anthropic.Anthropic(api_key=key, base_url=os.environ.get("ANTHROPIC_BASE_URL") or None,
                                max_retries=settings.max_retries, timeout=settings.timeout_s)
 
 
 def _problem(exc: Exception) -> str:
+    import anthropic   # a client made this exception: imported already
     if isinstance(exc, anthropic.APITimeoutError):
         return "the API did not answer in time (after retries)"
     if isinstance(exc, anthropic.APIConnectionError):
