@@ -116,7 +116,7 @@ def _cmd_grade(args: argparse.Namespace) -> int:
         print(f"grader: {stopped}", file=sys.stderr)
         return stopped.exit_status
     except BatchError as exc:
-        raise CommandError(f"{exc} (the results written so far are kept; run the same command again to go on)") from exc
+        raise CommandError(f"{exc} (the results written so far are kept)") from exc
     if args.llm_guard and args.llm == "off":
         print("--llm-guard asks the model, and --llm is off: no second opinion was asked "
               "(the grader's own detector still flagged what it recognizes)", file=sys.stderr)

@@ -215,7 +215,7 @@ def run_on_dask(todo: list[SubmissionPath], assignment: Assignment, sandbox: San
                 cluster = LocalCluster(n_workers=max(1, min(workers, len(todo))), threads_per_worker=1,
                                        processes=True, host="127.0.0.1", dashboard_address=None,
                                        memory_limit=0,   # the sandbox bounds memory; a nanny must not
-                                       local_directory=scratch.name, silence_logs=logging.ERROR)
+                                       local_directory=scratch.name, silence_logs=logging.CRITICAL)
         try:
             client = Client(cluster or scheduler, set_as_default=False)
         except OSError as exc:
