@@ -71,7 +71,7 @@ def unreadable_result(submission: SubmissionPath, rubric: Rubric, reason: str, s
 
 # Worker processes build their grader once; it is not picklable across processes.
 _worker: SubmissionGrader | None = None
-_grading: int | None = None   # the thread inside grade_until_stopped (SIGTERM then cleans up before exiting)
+_grading: int | None = None   # the thread inside stopped_by_sigterm (SIGTERM then cleans up before exiting)
 _PR_SET_PDEATHSIG = 1   # <linux/prctl.h>
 
 
@@ -88,7 +88,7 @@ def _init_worker(assignment: Assignment, sandbox: Sandbox, rubric: Rubric, coord
 
 def stop_with(coordinator: int) -> None:
     """Make this worker process (in its main thread) ignore Ctrl-C, stop its grading on SIGTERM
-    (:func:`grade_until_stopped`) and get SIGTERM when ``coordinator``, its parent, dies."""
+    (:func:`stopped_by_sigterm`) and get SIGTERM when ``coordinator``, its parent, dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _on_stop)
     _die_with(coordinator)
@@ -116,16 +116,18 @@ def _on_stop(signum: int, frame: FrameType | None) -> None:
 
 
 def _grade_in_worker(submission: SubmissionPath) -> GradeResult:
-    return grade_until_stopped(_worker, submission)
+    with stopped_by_sigterm():
+        return graded(_worker, submission)
 
 
-def grade_until_stopped(grader: SubmissionGrader, submission: SubmissionPath) -> GradeResult:
-    """Grade in a worker process set up by :func:`stop_with` (one submission at a time): SIGTERM
-    ends the process, with the sandbox run cleaned up and no result."""
+@contextlib.contextmanager
+def stopped_by_sigterm() -> Iterator[None]:
+    """Grade in the block, in a worker process set up by :func:`stop_with` (one submission at a
+    time): SIGTERM ends the process once the block is left, cleaned up, with no result."""
     global _grading
     _grading = threading.get_ident()
     try:
-        return _graded(grader, submission)
+        yield
     except _Stopped:
         # The sandbox run and its scratch were cleaned up on the way here; the coordinator is
         # gone or stopping and takes no result, so the submission stays ungraded.
@@ -134,7 +136,7 @@ def grade_until_stopped(grader: SubmissionGrader, submission: SubmissionPath) ->
         _grading = None
 
 
-def _graded(grader: SubmissionGrader, submission: SubmissionPath, kept: KeptRun | None = None) -> GradeResult:
+def graded(grader: SubmissionGrader, submission: SubmissionPath, kept: KeptRun | None = None) -> GradeResult:
     """Grade (or, with ``kept``, regrade from its raw outputs); the coordinator writes the result."""
     try:
         result = grader.grade(submission.path, submission.submission_id, submission.folder, kept)
@@ -251,7 +253,7 @@ def grade_batch(submissions: list[SubmissionPath], assignment: Assignment, sandb
         with signal_handlers(SIGTERM=_raise_terminated), RunProgress(progress, "grading", len(submissions),
                                                               reused + len(regrade)) as bar:
             for submission, kept in regrade:
-                _keep(_graded(grader, submission, kept), out_dir, results)
+                _keep(graded(grader, submission, kept), out_dir, results)
             if todo:
                 (executor or _run_pool)(todo, assignment, sandbox, rubric, out_dir, workers, results, bar)
     except (KeyboardInterrupt, _Terminated) as exc:

@@ -29,11 +29,15 @@ sandbox. Nothing is shared but the scheduler's connections:
   that the next run grades it again. Each submission is one task: its result is written once.
 
 Lifecycle (as ``grader.batch`` says for the pool): a ``LocalCluster``'s worker processes are
-started with :class:`_StopWithCoordinator` (Ctrl-C ignored, SIGTERM when the coordinator dies,
-SIGTERM stops the sandbox run and exits) and watched by a :class:`grader.sandbox.Guard`, the
-workers the nannies restart too; the cluster is closed in a ``finally``. Workers of a scheduler
-of your own are services: they outlive a coordinator, and the scheduler drops the tasks of a
-client that is gone.
+started with :class:`_StopWithCoordinator` (Ctrl-C ignored, SIGTERM stops the sandbox run, cleans
+up and exits) and watched by a :class:`grader.sandbox.Guard`, the workers the nannies restart
+too; the cluster is closed in a ``finally``, after an interrupt once the guard has stopped its
+workers. When the coordinator dies (``kill -9``) each worker process exits at once (distributed
+watches its parent), its bubblewrap sandbox with it (``--die-with-parent``), and the guard
+sweeps the sandbox uids; the working folders of the runs cut short stay in TMPDIR, as after a
+worker killed mid-submission. Workers of a scheduler of your own are services: they outlive
+a coordinator, and a submission they are grading when it stops runs to its end, its result
+dropped.
 """
 from __future__ import annotations
 
@@ -50,8 +54,8 @@ from distributed import Client, Future, KilledWorker, LocalCluster, WorkerPlugin
 
 from grader import __version__
 from grader.assignment import Assignment
-from grader.batch import (BatchError, grade_until_stopped, grader_error_result, record_arrival, signal_handlers,
-                          stop_with, unreadable_result)
+from grader.batch import (BatchError, graded, grader_error_result, record_arrival, signal_handlers, stop_with,
+                          stopped_by_sigterm, unreadable_result)
 from grader.intake import SubmissionPath, submission_files
 from grader.load import package_files
 from grader.pipeline import SubmissionGrader
@@ -178,8 +182,8 @@ def _grader_for(spec: GraderSpec, wanted: GraderIdentity) -> SubmissionGrader:
 def grade_parcel(spec: GraderSpec, wanted: GraderIdentity, parcel: Parcel) -> GradeResult:
     """The Dask task: grade one submission, sent as bytes, with the coordinator's grader."""
     grader = _grader_for(spec, wanted)
-    with tempfile.TemporaryDirectory(prefix="g2c-parcel-") as folder:
-        return grade_until_stopped(grader, parcel.unpack(Path(folder)))
+    with stopped_by_sigterm(), tempfile.TemporaryDirectory(prefix="g2c-parcel-") as folder:
+        return graded(grader, parcel.unpack(Path(folder)))
 
 
 class _StopWithCoordinator(WorkerPlugin):
@@ -211,11 +215,13 @@ def run_on_dask(todo: list[SubmissionPath], assignment: Assignment, sandbox: San
     finished = False
     try:
         if scheduler is None:
-            with dask.config.set({"distributed.scheduler.allowed-failures": WORKER_LOSSES_ALLOWED}):
+            # Its scheduler's and workers' folders in ours, removed when it closes.
+            with dask.config.set({"distributed.scheduler.allowed-failures": WORKER_LOSSES_ALLOWED,
+                                  "temporary-directory": scratch.name}):
                 cluster = LocalCluster(n_workers=max(1, min(workers, len(todo))), threads_per_worker=1,
                                        processes=True, host="127.0.0.1", dashboard_address=None,
                                        memory_limit=0,   # the sandbox bounds memory; a nanny must not
-                                       local_directory=scratch.name, silence_logs=logging.CRITICAL)
+                                       silence_logs=logging.CRITICAL)
         try:
             client = Client(cluster or scheduler, set_as_default=False)
         except OSError as exc:
@@ -255,12 +261,18 @@ def run_on_dask(todo: list[SubmissionPath], assignment: Assignment, sandbox: San
     finally:
         # A second Ctrl-C must not cut the cleanup short (kill -9 still can: the guard finishes it).
         with signal_handlers(SIGINT=signal.SIG_IGN, SIGTERM=signal.SIG_IGN):
+            if cluster is not None and not finished:
+                # Closing a nanny ends its worker process at once (distributed's own watch), before
+                # the sandbox run is cleaned up; SIGTERM first lets each stop its run, and exit.
+                for nanny in cluster.workers.values():
+                    nanny.auto_restart = False
+                guard.close()   # SIGTERM, SIGKILL after a grace, then the sandboxes' orphans
             if client is not None:
                 client.close()
             if cluster is not None:
-                cluster.close()   # each worker: closed, or after a timeout SIGTERM (its sandbox run stops)
-            if guard is not None:
-                guard.close(clean=finished)
+                cluster.close()
+            if guard is not None and finished:
+                guard.close(clean=True)
             if scratch is not None:
                 scratch.cleanup()
 

@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -90,7 +91,11 @@ def runs(tmp_path_factory):
     subs.mkdir()
     for name in IDS:
         shutil.copy(HYENA / f"{name}.ipynb", subs / f"{name}.ipynb")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # The killed worker's folders stay behind: in a TMPDIR of the test's own (outside pytest's
+    # 0700 basetemp: the sandbox uid must reach its scratch).
+    tmp = Path(tempfile.mkdtemp(prefix="g2c-dask-test-"))
+    os.chmod(tmp, 0o711)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp)}
     started = {}
     for name, extra in (("pool", ()), ("dask", ("--executor", "dask"))):
         started[name] = subprocess.Popen(grade_command(subs, base / name, *extra), cwd=ROOT, env=env,
@@ -105,7 +110,8 @@ def runs(tmp_path_factory):
     if killed is not None:
         os.kill(killed, signal.SIGKILL)
     finished = finish_all(started, timeout=600)
-    return subs, base / "pool", base / "dask", finished, killed
+    yield subs, base / "pool", base / "dask", finished, killed
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_dask_grades_like_the_pool_item_for_item(runs):

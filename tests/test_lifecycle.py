@@ -102,7 +102,8 @@ class Run:
     """One ``grader grade`` command in a session of its own, its processes recorded as it runs,
     and the slow cells of its submissions released while ``release`` is set."""
 
-    def __init__(self, root: Path, isolation: str, workers: int, name: str, python: str = sys.executable) -> None:
+    def __init__(self, root: Path, isolation: str, workers: int, name: str, python: str = sys.executable,
+                 executor: str = "local") -> None:
         self.root, self.name = root, name
         self.seen: dict[tuple[int, int], Proc] = {}
         self.uids: set[int] = set()
@@ -113,7 +114,7 @@ class Run:
             env["PATH"] = str(root / "no-unshare")   # neither unshare nor bwrap: no namespaces at all
         command = [python, "-c", "import sys; from grader.cli import main; sys.exit(main())", "grade",
                    str(root / "subs"), "--assignment", ASSIGNMENT, "--out", str(root / "out"),
-                   "--workers", str(workers), "--isolation", isolation,
+                   "--workers", str(workers), "--isolation", isolation, "--executor", executor,
                    "--cell-timeout", "300", "--notebook-timeout", "600"]
         with self.log.open("w") as log:
             self.proc = subprocess.Popen(command, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=log,
@@ -286,19 +287,54 @@ def test_kill_9_leaves_nothing_running_no_late_result_and_the_rerun_grades_the_r
     assert not list((base / "tmp").iterdir()), "scratch folders were left behind"
 
 
+def test_kill_9_of_a_dask_coordinator_leaves_nothing_running_and_the_rerun_grades_the_rest(base):
+    """``--executor dask``: the LocalCluster's worker processes, their kernels and sandboxes go
+    with the coordinator, as the pool's do."""
+    root = make_batch(base, "dask", 2)
+    run = Run(root, "bubblewrap", 2, "kill9-dask", executor="dask")
+    run.wait_until(lambda: kernels_running(run, 2), "kernels running")
+    workers = [p for p in run.alive("spawn_main") if p.ppid == run.proc.pid]
+    assert len(workers) == 2, run.output()
+    os.kill(run.proc.pid, signal.SIGKILL)
+    run.proc.wait()
+    killed_at = now_ticks()
+    written = run.results()
+    assert set(written) == {"a_done"}, run.output()
+    run.assert_nothing_left(killed_at, within=10)
+    for folder in (base / "tmp").glob("g2c-*/execute"):
+        (folder / RELEASE).touch()
+    time.sleep(5)
+    assert run.results() == written, "a result was written after the kill"
+    # A Dask worker process exits at once when its parent is gone (distributed's own watch), so
+    # the folders of the runs cut short stay in TMPDIR: a rerun leaves none of its own.
+    left = set((base / "tmp").iterdir())
+
+    rerun = Run(root, "bubblewrap", 2, "rerun-dask", executor="dask")
+    assert rerun.finish() == 0, rerun.output()
+    assert "1 of 3 submissions already graded (unchanged); skipping them" in rerun.output()
+    graded = {line.split(":")[0] for line in rerun.output().splitlines() if line.endswith(" s)")}
+    assert graded == set(rerun.results()) - {"a_done"} == {"b_slow", "c_slow"}
+    assert set((base / "tmp").iterdir()) == left
+
+
 def test_sigterm_and_ctrl_c_stop_cleanly_and_say_how_to_resume(base, user_python):
-    stops = {"bubblewrap": signal.SIGTERM, "unprivileged-user": signal.SIGINT}   # one of each level
-    runs = {level: Run(make_batch(base, level, 1), level, 1, f"{signal.Signals(signum).name}-{level}",
-                       python_for(level, user_python)) for level, signum in stops.items()}
+    # One of each level, and Ctrl-C to a dask-executor coordinator (whose LocalCluster's worker
+    # processes are in the terminal's process group too): name -> (level, signal, executor).
+    stops = {"bubblewrap": ("bubblewrap", signal.SIGTERM, "local"),
+             "unprivileged-user": ("unprivileged-user", signal.SIGINT, "local"),
+             "dask": ("bubblewrap", signal.SIGINT, "dask")}
+    runs = {name: Run(make_batch(base, name, 1), level, 1, f"{signal.Signals(signum).name}-{name}",
+                      python_for(level, user_python), executor)
+            for name, (level, signum, executor) in stops.items()}
     for run in runs.values():
         run.wait_until(lambda: kernels_running(run, 1), "kernel running")
-    for level, run in runs.items():
-        if stops[level] == signal.SIGINT:
+    for name, run in runs.items():
+        if stops[name][1] == signal.SIGINT:
             os.killpg(run.proc.pid, signal.SIGINT)   # Ctrl-C: the terminal signals the whole foreground group
         else:
             os.kill(run.proc.pid, signal.SIGTERM)
-    for level, run in runs.items():
-        signum = stops[level]
+    for name, run in runs.items():
+        signum = stops[name][1]
         status = run.proc.wait(timeout=60)
         stopped_at = now_ticks()
         assert status == 128 + signum, run.output()
