@@ -20,7 +20,8 @@ Lifecycle: the workers never outlive the coordinator (the process that calls
 * Each worker asks the kernel for SIGTERM when the coordinator dies (``PR_SET_PDEATHSIG``);
   SIGTERM stops the sandbox run it is in (the sandbox kills the run's whole tree and its
   scratch is removed) and the worker exits without a result. A Dask worker grades in a thread
-  of its own, not its main one: SIGTERM raises there (:func:`_on_stop`) all the same.
+  of its own, not its main one: SIGTERM raises there (:func:`_on_stop`) all the same
+  (:mod:`grader.dask_executor` says how its LocalCluster's workers end with the coordinator).
 * A :class:`grader.sandbox.Guard`, outside the coordinator's process group, watches the
   workers: when the coordinator closes it or dies (``kill -9`` included) it sends them
   SIGTERM, SIGKILL after a grace period, and kills every process a sandbox uid left.

@@ -56,7 +56,7 @@ from grader import __version__
 from grader.assignment import Assignment
 from grader.batch import (BatchError, graded, grader_error_result, record_arrival, signal_handlers, stop_with,
                           stopped_by_sigterm, unreadable_result)
-from grader.intake import SubmissionPath, submission_files
+from grader.intake import SubmissionPath, display_name, submission_files
 from grader.load import package_files
 from grader.pipeline import SubmissionGrader
 from grader.report.terminal import RunProgress
@@ -90,7 +90,7 @@ class GraderIdentity:
                    grader.assignment.fingerprint, grader.sandbox.isolation)
 
     def differences(self, other: GraderIdentity) -> list[str]:
-        """``what: ours vs theirs`` for each field that differs (digests shortened)."""
+        """``field ours vs theirs`` for each field that differs (digests shortened)."""
         def short(value: str) -> str:
             return value[:12] if len(value) == 64 else value
         return [f"{name} {short(getattr(self, name))} vs {short(getattr(other, name))}"
@@ -132,7 +132,7 @@ class Parcel:
         for path in submission_files(submission.path, submission.folder, declared).values():
             data, why = read_regular(path, root, max_bytes + 1, truncate=True)
             if data is None:
-                return f"{path.name} is {why}"
+                return f"{display_name(str(path.relative_to(root)))} is {why}"
             files.append((str(path.relative_to(root)), data, max(len(data), os.lstat(path).st_size)))
         notebook = None if submission.path is None else str(submission.path.relative_to(root))
         return cls(submission, tuple(files), notebook)

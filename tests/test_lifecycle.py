@@ -10,6 +10,9 @@ scratch (so how long a run takes never depends on how busy the machine is), afte
 a process that leaves the kernel's tree (double fork, new session): only its uid says whose
 it is.
 
+A ``--executor dask`` run (a LocalCluster of worker processes) is killed and interrupted the
+same way.
+
 Every process of the run is recorded while it runs, by ancestry from the command and by the
 sandbox uids seen among them; after the command is killed or stopped, none may be left.
 The pieces (the sandbox run cut short, scratch given back, the guard) are tested in process
@@ -108,6 +111,7 @@ class Run:
         self.seen: dict[tuple[int, int], Proc] = {}
         self.uids: set[int] = set()
         self.release = False
+        self.released: set[Path] = set()
         self.log = root / f"{name}.log"
         env = {**os.environ, "PYTHONPATH": str(root), "TMPDIR": str(root.parent / "tmp")}
         if isolation == "unprivileged-user":
@@ -139,9 +143,10 @@ class Run:
             for p in [*tree, *(p for p in procs.values() if p.uid in self.uids and orphaned(p, procs))]:
                 if not p.zombie:
                     self.seen[p.pid, p.start] = p
-            if self.release:
-                for folder in (self.root.parent / "tmp").glob("g2c-*/execute"):
+            if self.release:   # each folder once: touched again, it could refill one its run is removing
+                for folder in set((self.root.parent / "tmp").glob("g2c-*/execute")) - self.released:
                     (folder / RELEASE).touch()
+                    self.released.add(folder)
             self._stop.wait(0.1)
 
     def alive(self, command: str) -> list[Proc]:
@@ -251,70 +256,53 @@ def kernels_running(run: Run, count: int) -> bool:
 
 
 def test_kill_9_leaves_nothing_running_no_late_result_and_the_rerun_grades_the_rest(base, user_python):
-    batches = {"bubblewrap": (make_batch(base, "bwrap", 2), 2), "unprivileged-user": (make_batch(base, "user", 1), 1)}
-    runs = {level: Run(root, level, workers, f"kill9-{level}", python_for(level, user_python))
-            for level, (root, workers) in batches.items()}
-    for level, run in runs.items():
-        run.wait_until(lambda: kernels_running(run, batches[level][1]), "kernels running")
+    # name -> (batch, isolation level, workers, executor): both levels on the pool, and a
+    # dask-executor run (a LocalCluster's worker processes, their kernels and sandboxes).
+    batches = {"bubblewrap": (make_batch(base, "bwrap", 2), "bubblewrap", 2, "local"),
+               "unprivileged-user": (make_batch(base, "user", 1), "unprivileged-user", 1, "local"),
+               "dask": (make_batch(base, "dask", 2), "bubblewrap", 2, "dask")}
+
+    def start(prefix: str) -> dict[str, Run]:
+        return {name: Run(root, level, workers, f"{prefix}-{name}", python_for(level, user_python), executor)
+                for name, (root, level, workers, executor) in batches.items()}
+    runs = start("kill9")
+    for name, run in runs.items():
+        run.wait_until(lambda: kernels_running(run, batches[name][2]), "kernels running")
     assert runs["unprivileged-user"].uids, "the unprivileged-user run showed no process of a sandbox uid"
     assert runs["unprivileged-user"].alive("time.sleep(3600)"), "the process that leaves the tree never ran"
+    assert len([p for p in runs["dask"].alive("spawn_main") if p.ppid == runs["dask"].proc.pid]) == 2, \
+        "the dask run showed no 2 worker processes"
 
     written, killed_at = {}, {}
-    for level, run in runs.items():
+    for name, run in runs.items():
         os.kill(run.proc.pid, signal.SIGKILL)
         run.proc.wait()
-        killed_at[level] = now_ticks()
-        written[level] = run.results()
-        assert set(written[level]) == {"a_done"}, run.output()
-    for level, run in runs.items():
-        run.assert_nothing_left(killed_at[level], within=10)
+        killed_at[name] = now_ticks()
+        written[name] = run.results()
+        assert set(written[name]) == {"a_done"}, run.output()
+    for name, run in runs.items():
+        run.assert_nothing_left(killed_at[name], within=10)
     # Were a worker still grading, these would let its slow cell finish and a result follow.
     for folder in (base / "tmp").glob("g2c-*/execute"):
         (folder / RELEASE).touch()
     time.sleep(20)
-    for level, run in runs.items():
-        assert run.results() == written[level], f"{level}: a result was written after the kill"
+    for name, run in runs.items():
+        assert run.results() == written[name], f"{name}: a result was written after the kill"
+    # A Dask worker process exits at once when its parent is gone (distributed's own watch), so
+    # the folders of its runs cut short stay in TMPDIR (the pool's workers removed theirs).
+    left = {p for p in (base / "tmp").iterdir()}
 
-    reruns = {level: Run(root, level, workers, f"rerun-{level}", python_for(level, user_python))
-              for level, (root, workers) in batches.items()}
-    for level, rerun in reruns.items():
+    reruns = start("rerun")
+    for name, rerun in reruns.items():
         assert rerun.finish() == 0, rerun.output()
-        total = 1 + batches[level][1]
+        total = 1 + batches[name][2]
         assert f"1 of {total} submissions already graded (unchanged); skipping them" in rerun.output()
         graded = {line.split(":")[0] for line in rerun.output().splitlines() if line.endswith(" s)")}
         assert graded == set(rerun.results()) - {"a_done"} == {f"{chr(ord('b') + k)}_slow" for k in range(total - 1)}
-        assert rerun.results()["a_done"] == written[level]["a_done"]   # kept, not rewritten
-    assert not list((base / "tmp").iterdir()), "scratch folders were left behind"
-
-
-def test_kill_9_of_a_dask_coordinator_leaves_nothing_running_and_the_rerun_grades_the_rest(base):
-    """``--executor dask``: the LocalCluster's worker processes, their kernels and sandboxes go
-    with the coordinator, as the pool's do."""
-    root = make_batch(base, "dask", 2)
-    run = Run(root, "bubblewrap", 2, "kill9-dask", executor="dask")
-    run.wait_until(lambda: kernels_running(run, 2), "kernels running")
-    workers = [p for p in run.alive("spawn_main") if p.ppid == run.proc.pid]
-    assert len(workers) == 2, run.output()
-    os.kill(run.proc.pid, signal.SIGKILL)
-    run.proc.wait()
-    killed_at = now_ticks()
-    written = run.results()
-    assert set(written) == {"a_done"}, run.output()
-    run.assert_nothing_left(killed_at, within=10)
-    for folder in (base / "tmp").glob("g2c-*/execute"):
-        (folder / RELEASE).touch()
-    time.sleep(5)
-    assert run.results() == written, "a result was written after the kill"
-    # A Dask worker process exits at once when its parent is gone (distributed's own watch), so
-    # the folders of the runs cut short stay in TMPDIR: a rerun leaves none of its own.
-    left = set((base / "tmp").iterdir())
-
-    rerun = Run(root, "bubblewrap", 2, "rerun-dask", executor="dask")
-    assert rerun.finish() == 0, rerun.output()
-    assert "1 of 3 submissions already graded (unchanged); skipping them" in rerun.output()
-    graded = {line.split(":")[0] for line in rerun.output().splitlines() if line.endswith(" s)")}
-    assert graded == set(rerun.results()) - {"a_done"} == {"b_slow", "c_slow"}
-    assert set((base / "tmp").iterdir()) == left
+        assert rerun.results()["a_done"] == written[name]["a_done"]   # kept, not rewritten
+    assert set((base / "tmp").iterdir()) == left, "the reruns left scratch folders behind"
+    # The dask run's: its cluster's folder, and each of its 2 workers' rebuilt submission and scratch.
+    assert sorted(p.name.split("-")[1] for p in left) == ["b_slow", "c_slow", "dask", "parcel", "parcel"], left
 
 
 def test_sigterm_and_ctrl_c_stop_cleanly_and_say_how_to_resume(base, user_python):
