@@ -227,9 +227,9 @@ def run_on_dask(todo: list[SubmissionPath], assignment: Assignment, sandbox: San
         except OSError as exc:
             raise BatchError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
         watched: set[int] = set()
-        if guard is not None:
+        if cluster is not None:
             client.register_plugin(_StopWithCoordinator())
-            _watch_workers(client, guard, watched)
+            _watch_workers(cluster, guard, watched)
         queue = iter(todo)
         pending: dict[Future, SubmissionPath] = {}
 
@@ -255,8 +255,8 @@ def run_on_dask(todo: list[SubmissionPath], assignment: Assignment, sandbox: San
                     future.release()   # the scheduler and the worker drop it too
                     record_arrival(result, out_dir, results, bar)
                 fill()
-                if guard is not None:   # a worker process a nanny restarted is watched too
-                    _watch_workers(client, guard, watched)
+                if cluster is not None:   # a worker process a nanny restarted is watched too
+                    _watch_workers(cluster, guard, watched)
         finished = True
     finally:
         # A second Ctrl-C must not cut the cleanup short (kill -9 still can: the guard finishes it).
@@ -285,10 +285,15 @@ def _arrived(pending: dict[Future, SubmissionPath]) -> set[Future]:
         return set()
 
 
-def _watch_workers(client: Client, guard: Guard, watched: set[int]) -> None:
-    """Have ``guard`` watch each of the cluster's worker processes not watched yet."""
-    for pid in client.run(os.getpid).values():
-        if pid not in watched:
+def _watch_workers(cluster: LocalCluster, guard: Guard, watched: set[int]) -> None:
+    """Have ``guard`` watch each of the cluster's worker processes not watched yet. Their pids
+    come from the nannies here: not ``client.run(os.getpid)``, whose handling parses the builtin's
+    signature with ``ast`` in the worker's main thread, and this project's CPython (3.11.7) shares
+    the AST parser's recursion count between threads (gh-106905): the grading thread's
+    ``ast.parse`` could then fail with "AST constructor recursion depth mismatch"."""
+    for nanny in list(cluster.workers.values()):
+        pid = nanny.pid
+        if pid is not None and pid not in watched:
             guard.watch(pid)
             watched.add(pid)
 
