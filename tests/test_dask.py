@@ -6,7 +6,7 @@ it grades a submission. The Dask run's results must equal the pool's item for it
 submission graded exactly once, and the pool then finds the Dask run's results current (the
 cache keys agree). A worker whose grader differs from the coordinator's refuses the work, and
 the batch stops with a readable error. Submissions travel as bytes (:class:`Parcel`), rebuilt
-to the same digest.
+to the same digest. Without Dask installed, ``--executor dask`` says how to install it.
 """
 from __future__ import annotations
 
@@ -194,3 +194,21 @@ def test_a_parcel_rebuilds_the_submission_to_the_same_digest(tmp_path):
                 assert rebuilt_files[name].stat().st_size == path.stat().st_size
                 if path.stat().st_size <= max_bytes:
                     assert rebuilt_files[name].read_bytes() == path.read_bytes()
+
+
+def test_without_dask_the_command_says_how_to_install_it(tmp_path, monkeypatch, capsys):
+    """Dask is imported only for --executor dask; missing, it is one line on how to install it."""
+    import grader
+
+    monkeypatch.delitem(sys.modules, "grader.dask_executor")
+    monkeypatch.delattr(grader, "dask_executor")
+    monkeypatch.setitem(sys.modules, "distributed", None)   # what an environment without it gives
+    command = ["grade", str(HYENA / "untouched.ipynb"), "--assignment", "linear_attention_hyena",
+               "--out", str(tmp_path / "out")]
+    assert main([*command, "--executor", "dask"]) == 2
+    error = capsys.readouterr().err
+    assert error == ("grader: --executor dask needs Dask (distributed is missing): "
+                     "pip install 'g2c-grader[dask]'\n"), error
+    assert main([*command, "--scheduler", "tcp://127.0.0.1:8786"]) == 2
+    assert capsys.readouterr().err == "grader: --scheduler is for --executor dask\n"
+    assert not (tmp_path / "out").exists()

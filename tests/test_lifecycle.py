@@ -301,8 +301,11 @@ def test_kill_9_leaves_nothing_running_no_late_result_and_the_rerun_grades_the_r
         assert graded == set(rerun.results()) - {"a_done"} == {f"{chr(ord('b') + k)}_slow" for k in range(total - 1)}
         assert rerun.results()["a_done"] == written[name]["a_done"]   # kept, not rewritten
     assert set((base / "tmp").iterdir()) == left, "the reruns left scratch folders behind"
-    # The dask run's: its cluster's folder, and each of its 2 workers' rebuilt submission and scratch.
-    assert sorted(p.name.split("-")[1] for p in left) == ["b_slow", "c_slow", "dask", "parcel", "parcel"], left
+    # The dask run's only: its cluster's folder and, of a worker that exited before its SIGTERM
+    # handler ran (which of the two races wins is the kernel's), the rebuilt submission and scratch.
+    kinds = sorted(p.name.split("-")[1] for p in left)
+    assert "dask" in kinds and kinds.count("parcel") <= 2 and set(kinds) <= {"b_slow", "c_slow", "dask", "parcel"}, left
+    assert kinds.count("parcel") == kinds.count("b_slow") + kinds.count("c_slow"), left
 
 
 def test_sigterm_and_ctrl_c_stop_cleanly_and_say_how_to_resume(base, user_python):
