@@ -35,7 +35,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# The CPU build of torch lies on this machine's disk; never ask for an unpinned torch.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,dask]'
 	touch $(STAMP)
 
 # Debian's chromium, for the pages' browser tests only (no browser build can be downloaded), and

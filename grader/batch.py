@@ -1,5 +1,10 @@
 """Grade a folder of submissions: discovery, parallel workers, resume, progress.
 
+Submissions are graded on a local pool of worker processes (:func:`_run_pool`, the default) or
+on a Dask cluster (:func:`dask_executor`, ``grader grade --executor dask``, in
+:mod:`grader.dask_executor`); both write each result as it arrives, through
+:func:`record_arrival`.
+
 Results are written as each submission finishes. A submission whose results.json already
 carries the current cache key (same notebook and package file bytes, grader version, execution
 and evaluation digests, limits and isolation) is not graded again, so an interrupted batch
@@ -14,7 +19,9 @@ Lifecycle: the workers never outlive the coordinator (the process that calls
   write one after the coordinator is gone.
 * Each worker asks the kernel for SIGTERM when the coordinator dies (``PR_SET_PDEATHSIG``);
   SIGTERM stops the sandbox run it is in (the sandbox kills the run's whole tree and its
-  scratch is removed) and the worker exits without a result.
+  scratch is removed) and the worker exits without a result. A Dask worker grades in a thread
+  of its own, not its main one: SIGTERM raises there (:func:`_on_stop`) all the same
+  (:mod:`grader.dask_executor` says how its LocalCluster's workers end with the coordinator).
 * A :class:`grader.sandbox.Guard`, outside the coordinator's process group, watches the
   workers: when the coordinator closes it or dies (``kill -9`` included) it sends them
   SIGTERM, SIGKILL after a grace period, and kills every process a sandbox uid left.
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import json
 import multiprocessing
 import os
@@ -34,7 +42,7 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,7 +72,7 @@ def unreadable_result(submission: SubmissionPath, rubric: Rubric, reason: str, s
 
 # Worker processes build their grader once; it is not picklable across processes.
 _worker: SubmissionGrader | None = None
-_grading = False   # a worker is inside _grade_in_worker (SIGTERM then cleans up before exiting)
+_grading: int | None = None   # the thread inside stopped_by_sigterm (SIGTERM then cleans up before exiting)
 _PR_SET_PDEATHSIG = 1   # <linux/prctl.h>
 
 
@@ -75,10 +83,16 @@ class _Stopped(BaseException):
 
 def _init_worker(assignment: Assignment, sandbox: Sandbox, rubric: Rubric, coordinator: int) -> None:
     global _worker
+    stop_with(coordinator)
+    _worker = SubmissionGrader(assignment, sandbox, rubric)
+
+
+def stop_with(coordinator: int) -> None:
+    """Make this worker process (in its main thread) ignore Ctrl-C, stop its grading on SIGTERM
+    (:func:`stopped_by_sigterm`) and get SIGTERM when ``coordinator``, its parent, dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _on_stop)
     _die_with(coordinator)
-    _worker = SubmissionGrader(assignment, sandbox, rubric)
 
 
 def _die_with(parent: int) -> None:
@@ -92,38 +106,61 @@ def _die_with(parent: int) -> None:
 
 def _on_stop(signum: int, frame: FrameType | None) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)   # once: the cleanup it starts runs to its end
-    if not _grading:
+    grading = _grading
+    if grading is None:
         os._exit(1)
-    raise _Stopped
+    if grading == threading.get_ident():
+        raise _Stopped
+    # Signal handlers run in the main thread; the grading thread gets _Stopped at its next bytecode
+    # (the sandbox's watch loop wakes several times a second).
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(grading), ctypes.py_object(_Stopped))
 
 
 def _grade_in_worker(submission: SubmissionPath) -> GradeResult:
+    with stopped_by_sigterm():
+        return graded(_worker, submission)
+
+
+@contextlib.contextmanager
+def stopped_by_sigterm() -> Iterator[None]:
+    """Grade in the block, in a worker process set up by :func:`stop_with` (one submission at a
+    time): SIGTERM ends the process once the block is left, cleaned up, with no result."""
     global _grading
-    _grading = True
+    _grading = threading.get_ident()
     try:
-        return _graded(_worker, submission)
+        yield
     except _Stopped:
         # The sandbox run and its scratch were cleaned up on the way here; the coordinator is
         # gone or stopping and takes no result, so the submission stays ungraded.
         os._exit(1)
     finally:
-        _grading = False
+        _grading = None
 
 
-def _graded(grader: SubmissionGrader, submission: SubmissionPath, kept: KeptRun | None = None) -> GradeResult:
+def graded(grader: SubmissionGrader, submission: SubmissionPath, kept: KeptRun | None = None) -> GradeResult:
     """Grade (or, with ``kept``, regrade from its raw outputs); the coordinator writes the result."""
     try:
         result = grader.grade(submission.path, submission.submission_id, submission.folder, kept)
         result.notes[:0] = submission.notes
         result.submitted_as = submission.original
     except Exception:  # a grader bug must not take the batch down; the traceback is kept
-        detail = traceback.format_exc()
-        result = unreadable_result(submission, grader.rubric,
-                                   f"{GRADER_ERROR_NOTE}, please report it (not your fault; it will be regraded)")
-        result.grader_errors = ["*"]
-        result.artifacts[GRADER_ERRORS] = detail.encode()   # hidden code: beside results.json, not in it
-        sys.stderr.write(f"{submission.submission_id}: {GRADER_ERROR_NOTE}, see {GRADER_ERRORS}\n")
+        result = grader_error_result(submission, grader.rubric, "please report it", traceback.format_exc())
     return result
+
+
+def grader_error_result(submission: SubmissionPath, rubric: Rubric, what: str, detail: str) -> GradeResult:
+    """Every item at zero for an internal grader error (``what`` says more), which the next run
+    grades again; ``detail`` (a traceback: hidden code) goes beside results.json, not in it."""
+    result = unreadable_result(submission, rubric, f"{GRADER_ERROR_NOTE}, {what} (not your fault; it will be regraded)")
+    result.grader_errors = ["*"]
+    result.artifacts[GRADER_ERRORS] = detail.encode()
+    sys.stderr.write(f"{submission.submission_id}: {GRADER_ERROR_NOTE}, see {GRADER_ERRORS}\n")
+    return result
+
+
+class BatchError(Exception):
+    """The batch cannot go on (an executor that cannot start, a Dask worker running other grader
+    code); every result that arrived before is written."""
 
 
 class BatchInterrupted(Exception):
@@ -149,7 +186,7 @@ def _raise_terminated(signum: int, frame: FrameType | None) -> None:
 
 
 @contextlib.contextmanager
-def _signals(**handlers: object) -> Iterator[None]:
+def signal_handlers(**handlers: object) -> Iterator[None]:
     """Set signal handlers (``SIGTERM=...``) for the block, in the main thread only (where Python
     runs them); elsewhere the block runs as is."""
     if threading.current_thread() is not threading.main_thread():
@@ -171,11 +208,20 @@ class BatchOutcome:
     regraded: int = 0   # regraded from their kept raw outputs, nothing executed
 
 
+#: Grades a batch's submissions that must run, writing and appending each result as it arrives
+#: (through :func:`record_arrival`): ``(todo, assignment, sandbox, rubric, out_dir, workers,
+#: results, bar)``, as :func:`_run_pool` and :func:`dask_executor`'s runner.
+Executor = Callable[[list[SubmissionPath], Assignment, Sandbox, Rubric, Path, int, list[GradeResult], RunProgress],
+                    None]
+
+
 def grade_batch(submissions: list[SubmissionPath], assignment: Assignment, sandbox: Sandbox,
                 rubric: Rubric, out_dir: Path, workers: int,
-                progress: TextIO = sys.stderr) -> BatchOutcome:
+                progress: TextIO = sys.stderr, executor: Executor | None = None) -> BatchOutcome:
     """Grade everything not already graded with the current cache key; returns all results.
-    Raises :class:`BatchInterrupted` after SIGINT or SIGTERM, once nothing is left running."""
+    What runs goes to ``executor`` (default: the local process pool, :func:`_run_pool`).
+    Raises :class:`BatchInterrupted` after SIGINT or SIGTERM, once nothing is left running, and
+    :class:`BatchError` when the executor cannot go on."""
     out_dir.mkdir(parents=True, exist_ok=True)
     grader = SubmissionGrader(assignment, sandbox, rubric)
     declared = package_files(assignment.template)
@@ -205,20 +251,43 @@ def grade_batch(submissions: list[SubmissionPath], assignment: Assignment, sandb
         progress.write(f"{len(regrade)} submissions regraded from their kept runs (the checks or the rubric "
                        "changed, not what runs); nothing executed for them\n")
     try:
-        with _signals(SIGTERM=_raise_terminated), RunProgress(progress, "grading", len(submissions),
+        with signal_handlers(SIGTERM=_raise_terminated), RunProgress(progress, "grading", len(submissions),
                                                               reused + len(regrade)) as bar:
             for submission, kept in regrade:
-                result = _graded(grader, submission, kept)
-                write_result(out_dir, result)
-                result.artifacts = {}
-                results.append(result)
+                _keep(graded(grader, submission, kept), out_dir, results)
             if todo:
-                _run_pool(todo, assignment, sandbox, rubric, out_dir, workers, results, bar)
+                (executor or _run_pool)(todo, assignment, sandbox, rubric, out_dir, workers, results, bar)
     except (KeyboardInterrupt, _Terminated) as exc:
         signum = signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT
         raise BatchInterrupted(signum, len(results), len(submissions)) from None
     internal = sum(1 for r in results if r.grader_errors)
     return BatchOutcome(results, reused, internal, len(regrade))
+
+
+def _keep(result: GradeResult, out_dir: Path, results: list[GradeResult]) -> None:
+    write_result(out_dir, result)
+    result.artifacts = {}   # on disk now: the coordinator keeps no executed notebook in memory
+    results.append(result)
+
+
+def record_arrival(result: GradeResult, out_dir: Path, results: list[GradeResult], bar: RunProgress) -> None:
+    """A result arrived from an executor: write it with its artifacts, keep it without them,
+    advance the progress bar."""
+    _keep(result, out_dir, results)
+    bar.advance(f"{result.submission_id}: {result.score:g}/{result.max_score:g} ({result.execution_time:.0f} s)")
+
+
+def dask_executor(scheduler: str | None) -> Executor:
+    """The executor of ``--executor dask``: the Dask scheduler at ``scheduler``
+    (``tcp://HOST:PORT``), or with None a ``LocalCluster`` of ``workers`` processes here.
+    Raises :class:`BatchError` when Dask is not installed."""
+    try:
+        from grader import dask_executor as on_dask
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("dask", "distributed"):
+            raise
+        raise BatchError(f"--executor dask needs Dask ({exc.name} is missing): pip install 'g2c-grader[dask]'") from None
+    return functools.partial(on_dask.run_on_dask, scheduler=scheduler)
 
 
 def _run_pool(todo: list[SubmissionPath], assignment: Assignment, sandbox: Sandbox, rubric: Rubric,
@@ -240,16 +309,11 @@ def _run_pool(todo: list[SubmissionPath], assignment: Assignment, sandbox: Sandb
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
                 pending.pop(future)
-                result = future.result()
-                write_result(out_dir, result)
-                result.artifacts = {}   # on disk now: the coordinator keeps no executed notebook in memory
-                results.append(result)
-                bar.advance(f"{result.submission_id}: {result.score:g}/{result.max_score:g} "
-                            f"({result.execution_time:.0f} s)")
+                record_arrival(future.result(), out_dir, results, bar)
         finished = True
     finally:
         # A second Ctrl-C must not cut the cleanup short (kill -9 still can: the guard finishes it).
-        with _signals(SIGINT=signal.SIG_IGN, SIGTERM=signal.SIG_IGN):
+        with signal_handlers(SIGINT=signal.SIG_IGN, SIGTERM=signal.SIG_IGN):
             if finished:
                 pool.shutdown(wait=True)
                 guard.close(clean=True)

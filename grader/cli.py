@@ -17,7 +17,7 @@ from pathlib import Path
 
 from grader import assign
 from grader.assignment import PROJECT_ROOT, Assignment
-from grader.batch import BatchInterrupted, default_workers, grade_batch
+from grader.batch import BatchError, BatchInterrupted, dask_executor, default_workers, grade_batch
 from grader.intake import Refused, discover, read_file, safe_id
 from grader.load import package_files
 from grader.pipeline import GRADER_ERRORS
@@ -93,21 +93,30 @@ def make_sandbox(limits: Limits, allow_unsandboxed: bool, isolation: str = "auto
 def _cmd_grade(args: argparse.Namespace) -> int:
     assignment, rubric = _assignment(args)
     sandbox = make_sandbox(rubric.limits, args.allow_unsandboxed, args.isolation,
-                           [*_hidden_paths(assignment), Path(args.out), *map(Path, args.paths)])
+                           [*hidden_paths(assignment), Path(args.out), *map(Path, args.paths)])
     try:
         submissions = discover([Path(p) for p in args.paths], package_files(assignment.template))
     except (FileNotFoundError, ValueError) as exc:
         raise CommandError(str(exc)) from exc
+    if args.scheduler and args.executor != "dask":
+        raise CommandError("--scheduler is for --executor dask")
+    try:
+        executor = dask_executor(args.scheduler) if args.executor == "dask" else None
+    except BatchError as exc:
+        raise CommandError(str(exc)) from exc
     out_dir = Path(args.out)
     release = _release(out_dir, args.release)
     before = {r.submission_id: r for r in read_results(out_dir)}
-    print(f"grading {len(submissions)} submissions of {assignment.name} into {out_dir} "
-          f"with {args.workers} workers", file=sys.stderr)
+    on = (f"on the Dask scheduler at {args.scheduler}" if args.scheduler else
+          f"with {args.workers} {'Dask worker processes' if executor else 'workers'}")
+    print(f"grading {len(submissions)} submissions of {assignment.name} into {out_dir} {on}", file=sys.stderr)
     try:
-        outcome = grade_batch(submissions, assignment, sandbox, rubric, out_dir, args.workers)
+        outcome = grade_batch(submissions, assignment, sandbox, rubric, out_dir, args.workers, executor=executor)
     except BatchInterrupted as stopped:   # nothing is left running; what was graded is written
         print(f"grader: {stopped}", file=sys.stderr)
         return stopped.exit_status
+    except BatchError as exc:
+        raise CommandError(f"{exc} (the results written so far are kept)") from exc
     if args.llm_guard and args.llm == "off":
         print("--llm-guard asks the model, and --llm is off: no second opinion was asked "
               "(the grader's own detector still flagged what it recognizes)", file=sys.stderr)
@@ -201,7 +210,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     assignment, rubric = _assignment(args)
-    sandbox = make_sandbox(rubric.limits, args.allow_unsandboxed, args.isolation, _hidden_paths(assignment))
+    sandbox = make_sandbox(rubric.limits, args.allow_unsandboxed, args.isolation, hidden_paths(assignment))
     report = validate(assignment, sandbox, rubric)
     print(report.text)
     return 0 if report.ok else 1
@@ -237,7 +246,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     except Refused as exc:
         print(f"grader: {exc}", file=sys.stderr)
         return 1
-    sandbox = make_sandbox(limits, args.allow_unsandboxed, args.isolation, _hidden_paths(assignment))
+    sandbox = make_sandbox(limits, args.allow_unsandboxed, args.isolation, hidden_paths(assignment))
     with tempfile.TemporaryDirectory(prefix="g2c-check-") as tmp:
         scratch = Path(tmp).resolve()
         shutil.copytree(folder, scratch / name, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
@@ -287,7 +296,7 @@ def _template_ids(name: str) -> set[str]:
         return set()
 
 
-def _hidden_paths(assignment: Assignment) -> list[Path]:
+def hidden_paths(assignment: Assignment) -> list[Path]:
     """The assignment's files student code must never read: the master notebook's folder, the rubrics."""
     return [assignment.master_path.parent, assignment.rubric_path.parent]
 
@@ -347,6 +356,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="+", metavar="PATH")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--workers", type=int, default=default_workers(), help="parallel submissions")
+    p.add_argument("--executor", choices=("local", "dask"), default="local",
+                   help="local: a pool of worker processes here; dask: a Dask cluster (needs the dask extra), "
+                        "a LocalCluster of --workers processes unless --scheduler is given")
+    p.add_argument("--scheduler", metavar="tcp://HOST:PORT",
+                   help="with --executor dask: the scheduler whose workers grade (see the README: same grader "
+                        "checkout on every worker; keep the scheduler on a private network or behind TLS)")
     llm = p.add_argument_group("written answers (LLM grading; needs ANTHROPIC_API_KEY)")
     llm.add_argument("--llm", choices=("off", "live", "batch"), default="off",
                      help="off: pending_review; live: one request per answer; batch: one Message Batch "

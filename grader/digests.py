@@ -63,6 +63,8 @@ EXECUTION_FILES = ("__init__.py", "assignment.py", "rubric.py", "pipeline.py", "
 EVALUATION_FILES = ("checks/**/*.py", "score.py", "reference.py", "written/*.py")
 NEITHER = {
     "batch.py": "discovery, the worker pool and the reuse decision: which submissions are graded, not how",
+    "dask_executor.py": "carries submissions to Dask workers and results back; a worker grades with the pipeline "
+                        "and refuses work whose digests differ from its own",
     "cli.py": "parses options; the limits and isolation it sets are in both keys as values",
     "report/*.py": "pages, gradebook, overrides and score changes are built from results after grading",
     "assign.py": "writes the student notebook and check.py; the template's bytes are digested instead",

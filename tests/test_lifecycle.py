@@ -10,6 +10,9 @@ scratch (so how long a run takes never depends on how busy the machine is), afte
 a process that leaves the kernel's tree (double fork, new session): only its uid says whose
 it is.
 
+A ``--executor dask`` run (a LocalCluster of worker processes) is killed and interrupted the
+same way.
+
 Every process of the run is recorded while it runs, by ancestry from the command and by the
 sandbox uids seen among them; after the command is killed or stopped, none may be left.
 The pieces (the sandbox run cut short, scratch given back, the guard) are tested in process
@@ -102,18 +105,20 @@ class Run:
     """One ``grader grade`` command in a session of its own, its processes recorded as it runs,
     and the slow cells of its submissions released while ``release`` is set."""
 
-    def __init__(self, root: Path, isolation: str, workers: int, name: str, python: str = sys.executable) -> None:
+    def __init__(self, root: Path, isolation: str, workers: int, name: str, python: str = sys.executable,
+                 executor: str = "local") -> None:
         self.root, self.name = root, name
         self.seen: dict[tuple[int, int], Proc] = {}
         self.uids: set[int] = set()
         self.release = False
+        self.released: set[Path] = set()
         self.log = root / f"{name}.log"
         env = {**os.environ, "PYTHONPATH": str(root), "TMPDIR": str(root.parent / "tmp")}
         if isolation == "unprivileged-user":
             env["PATH"] = str(root / "no-unshare")   # neither unshare nor bwrap: no namespaces at all
         command = [python, "-c", "import sys; from grader.cli import main; sys.exit(main())", "grade",
                    str(root / "subs"), "--assignment", ASSIGNMENT, "--out", str(root / "out"),
-                   "--workers", str(workers), "--isolation", isolation,
+                   "--workers", str(workers), "--isolation", isolation, "--executor", executor,
                    "--cell-timeout", "300", "--notebook-timeout", "600"]
         with self.log.open("w") as log:
             self.proc = subprocess.Popen(command, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=log,
@@ -138,9 +143,10 @@ class Run:
             for p in [*tree, *(p for p in procs.values() if p.uid in self.uids and orphaned(p, procs))]:
                 if not p.zombie:
                     self.seen[p.pid, p.start] = p
-            if self.release:
-                for folder in (self.root.parent / "tmp").glob("g2c-*/execute"):
+            if self.release:   # each folder once: touched again, it could refill one its run is removing
+                for folder in set((self.root.parent / "tmp").glob("g2c-*/execute")) - self.released:
                     (folder / RELEASE).touch()
+                    self.released.add(folder)
             self._stop.wait(0.1)
 
     def alive(self, command: str) -> list[Proc]:
@@ -250,55 +256,76 @@ def kernels_running(run: Run, count: int) -> bool:
 
 
 def test_kill_9_leaves_nothing_running_no_late_result_and_the_rerun_grades_the_rest(base, user_python):
-    batches = {"bubblewrap": (make_batch(base, "bwrap", 2), 2), "unprivileged-user": (make_batch(base, "user", 1), 1)}
-    runs = {level: Run(root, level, workers, f"kill9-{level}", python_for(level, user_python))
-            for level, (root, workers) in batches.items()}
-    for level, run in runs.items():
-        run.wait_until(lambda: kernels_running(run, batches[level][1]), "kernels running")
+    # name -> (batch, isolation level, workers, executor): both levels on the pool, and a
+    # dask-executor run (a LocalCluster's worker processes, their kernels and sandboxes).
+    batches = {"bubblewrap": (make_batch(base, "bwrap", 2), "bubblewrap", 2, "local"),
+               "unprivileged-user": (make_batch(base, "user", 1), "unprivileged-user", 1, "local"),
+               "dask": (make_batch(base, "dask", 2), "bubblewrap", 2, "dask")}
+
+    def start(prefix: str) -> dict[str, Run]:
+        return {name: Run(root, level, workers, f"{prefix}-{name}", python_for(level, user_python), executor)
+                for name, (root, level, workers, executor) in batches.items()}
+    runs = start("kill9")
+    for name, run in runs.items():
+        run.wait_until(lambda: kernels_running(run, batches[name][2]), "kernels running")
     assert runs["unprivileged-user"].uids, "the unprivileged-user run showed no process of a sandbox uid"
     assert runs["unprivileged-user"].alive("time.sleep(3600)"), "the process that leaves the tree never ran"
+    assert len([p for p in runs["dask"].alive("spawn_main") if p.ppid == runs["dask"].proc.pid]) == 2, \
+        "the dask run showed no 2 worker processes"
 
     written, killed_at = {}, {}
-    for level, run in runs.items():
+    for name, run in runs.items():
         os.kill(run.proc.pid, signal.SIGKILL)
         run.proc.wait()
-        killed_at[level] = now_ticks()
-        written[level] = run.results()
-        assert set(written[level]) == {"a_done"}, run.output()
-    for level, run in runs.items():
-        run.assert_nothing_left(killed_at[level], within=10)
+        killed_at[name] = now_ticks()
+        written[name] = run.results()
+        assert set(written[name]) == {"a_done"}, run.output()
+    for name, run in runs.items():
+        run.assert_nothing_left(killed_at[name], within=10)
     # Were a worker still grading, these would let its slow cell finish and a result follow.
     for folder in (base / "tmp").glob("g2c-*/execute"):
         (folder / RELEASE).touch()
     time.sleep(20)
-    for level, run in runs.items():
-        assert run.results() == written[level], f"{level}: a result was written after the kill"
+    for name, run in runs.items():
+        assert run.results() == written[name], f"{name}: a result was written after the kill"
+    # A Dask worker process exits at once when its parent is gone (distributed's own watch), so
+    # the folders of its runs cut short stay in TMPDIR (the pool's workers removed theirs).
+    left = {p for p in (base / "tmp").iterdir()}
 
-    reruns = {level: Run(root, level, workers, f"rerun-{level}", python_for(level, user_python))
-              for level, (root, workers) in batches.items()}
-    for level, rerun in reruns.items():
+    reruns = start("rerun")
+    for name, rerun in reruns.items():
         assert rerun.finish() == 0, rerun.output()
-        total = 1 + batches[level][1]
+        total = 1 + batches[name][2]
         assert f"1 of {total} submissions already graded (unchanged); skipping them" in rerun.output()
         graded = {line.split(":")[0] for line in rerun.output().splitlines() if line.endswith(" s)")}
         assert graded == set(rerun.results()) - {"a_done"} == {f"{chr(ord('b') + k)}_slow" for k in range(total - 1)}
-        assert rerun.results()["a_done"] == written[level]["a_done"]   # kept, not rewritten
-    assert not list((base / "tmp").iterdir()), "scratch folders were left behind"
+        assert rerun.results()["a_done"] == written[name]["a_done"]   # kept, not rewritten
+    assert set((base / "tmp").iterdir()) == left, "the reruns left scratch folders behind"
+    # The dask run's only: its cluster's folder and, of a worker that exited before its SIGTERM
+    # handler ran (which of the two races wins is the kernel's), the rebuilt submission and scratch.
+    kinds = sorted(p.name.split("-")[1] for p in left)
+    assert "dask" in kinds and kinds.count("parcel") <= 2 and set(kinds) <= {"b_slow", "c_slow", "dask", "parcel"}, left
+    assert kinds.count("parcel") == kinds.count("b_slow") + kinds.count("c_slow"), left
 
 
 def test_sigterm_and_ctrl_c_stop_cleanly_and_say_how_to_resume(base, user_python):
-    stops = {"bubblewrap": signal.SIGTERM, "unprivileged-user": signal.SIGINT}   # one of each level
-    runs = {level: Run(make_batch(base, level, 1), level, 1, f"{signal.Signals(signum).name}-{level}",
-                       python_for(level, user_python)) for level, signum in stops.items()}
+    # One of each level, and Ctrl-C to a dask-executor coordinator (whose LocalCluster's worker
+    # processes are in the terminal's process group too): name -> (level, signal, executor).
+    stops = {"bubblewrap": ("bubblewrap", signal.SIGTERM, "local"),
+             "unprivileged-user": ("unprivileged-user", signal.SIGINT, "local"),
+             "dask": ("bubblewrap", signal.SIGINT, "dask")}
+    runs = {name: Run(make_batch(base, name, 1), level, 1, f"{signal.Signals(signum).name}-{name}",
+                      python_for(level, user_python), executor)
+            for name, (level, signum, executor) in stops.items()}
     for run in runs.values():
         run.wait_until(lambda: kernels_running(run, 1), "kernel running")
-    for level, run in runs.items():
-        if stops[level] == signal.SIGINT:
+    for name, run in runs.items():
+        if stops[name][1] == signal.SIGINT:
             os.killpg(run.proc.pid, signal.SIGINT)   # Ctrl-C: the terminal signals the whole foreground group
         else:
             os.kill(run.proc.pid, signal.SIGTERM)
-    for level, run in runs.items():
-        signum = stops[level]
+    for name, run in runs.items():
+        signum = stops[name][1]
         status = run.proc.wait(timeout=60)
         stopped_at = now_ticks()
         assert status == 128 + signum, run.output()
