@@ -19,6 +19,8 @@ checks' own computation.
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,8 +62,41 @@ class ChecksModule(Protocol):
     def evaluate(self, context: CheckContext) -> dict[str, Verdict]: ...
 
 
-def checks_for(rubric: Rubric) -> ChecksModule:
-    return importlib.import_module(rubric.checks)  # type: ignore[return-value]
+CHECKS_FOLDER = "checks"   # an assignment root's own checks modules (``checks_for``)
+
+
+def checks_for(rubric: Rubric, root: Path | None = None) -> ChecksModule:
+    """The checks module the rubric's ``checks`` key names: one Python can import (the grader's
+    own ``grader.checks.<name>``), else, for an assignment kept outside the project (``root``,
+    ``grader grade --assignment-root``), ``<root>/checks/<name>.py`` or the package
+    ``<root>/checks/<name>/``, loaded under that name."""
+    name = rubric.checks
+    if name in sys.modules or root is None or importlib.util.find_spec(name.partition(".")[0]) is not None:
+        return importlib.import_module(name)  # type: ignore[return-value]
+    path = root_checks_path(name, root)
+    if path is None:
+        raise ModuleNotFoundError(f"no checks module {name!r}: not importable, and neither "
+                                  f"{root / CHECKS_FOLDER / name}.py nor a package of that name is there")
+    folder = [str(path.parent)] if path.name == "__init__.py" else None
+    spec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=folder)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[name] = module   # before running it: its own submodules import it by name
+    try:
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module  # type: ignore[return-value]
+
+
+def root_checks_path(name: str, root: Path) -> Path | None:
+    """Where an assignment root keeps the checks module ``name`` (a file, or a package's
+    ``__init__.py``), or None when it keeps none."""
+    base = root / CHECKS_FOLDER / name
+    for path in (base.with_name(base.name + ".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
 
 
 def decide(checks: Mapping[str, Callable[[], Verdict]]) -> dict[str, Verdict]:
