@@ -63,28 +63,34 @@ class ChecksModule(Protocol):
 
 
 CHECKS_FOLDER = "checks"   # an assignment root's own checks modules (``checks_for``)
+_FROM_ROOTS: set[str] = set()   # names in sys.modules that checks_for loaded from a root's file
 
 
 def checks_for(rubric: Rubric, root: Path | None = None) -> ChecksModule:
-    """The checks module the rubric's ``checks`` key names: one Python can import (the grader's
-    own ``grader.checks.<name>``), else, for an assignment kept outside the project (``root``,
-    ``grader grade --assignment-root``), ``<root>/checks/<name>.py`` or the package
-    ``<root>/checks/<name>/``, loaded under that name."""
+    """The checks module the rubric's ``checks`` key names. An assignment kept outside the
+    project (``root``, ``grader grade --assignment-root``) may keep it beside its rubric, as
+    ``<root>/checks/<name>.py`` or the package ``<root>/checks/<name>/``, loaded under that name;
+    otherwise it is the module Python imports (the grader's own ``grader.checks.<name>``)."""
     name = rubric.checks
-    if name in sys.modules or root is None or importlib.util.find_spec(name.partition(".")[0]) is not None:
-        return importlib.import_module(name)  # type: ignore[return-value]
-    path = root_checks_path(name, root)
+    path = None if root is None else root_checks_path(name, root)
     if path is None:
-        raise ModuleNotFoundError(f"no checks module {name!r}: not importable, and neither "
-                                  f"{root / CHECKS_FOLDER / name}.py nor a package of that name is there")
+        if name in _FROM_ROOTS:   # a root's module of that name is not this assignment's
+            sys.modules.pop(name, None)
+            _FROM_ROOTS.discard(name)
+        return importlib.import_module(name)  # type: ignore[return-value]
+    loaded = sys.modules.get(name)
+    if loaded is not None and getattr(loaded, "__file__", None) and Path(loaded.__file__).resolve() == path:
+        return loaded  # type: ignore[return-value]
     folder = [str(path.parent)] if path.name == "__init__.py" else None
     spec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=folder)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     sys.modules[name] = module   # before running it: its own submodules import it by name
+    _FROM_ROOTS.add(name)
     try:
         spec.loader.exec_module(module)  # type: ignore[union-attr]
     except BaseException:
         del sys.modules[name]
+        _FROM_ROOTS.discard(name)
         raise
     return module  # type: ignore[return-value]
 
@@ -92,7 +98,7 @@ def checks_for(rubric: Rubric, root: Path | None = None) -> ChecksModule:
 def root_checks_path(name: str, root: Path) -> Path | None:
     """Where an assignment root keeps the checks module ``name`` (a file, or a package's
     ``__init__.py``), or None when it keeps none."""
-    base = root / CHECKS_FOLDER / name
+    base = root.resolve() / CHECKS_FOLDER / name
     for path in (base.with_name(base.name + ".py"), base / "__init__.py"):
         if path.is_file():
             return path
