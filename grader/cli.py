@@ -326,8 +326,8 @@ def _add_isolation_options(parser: argparse.ArgumentParser) -> None:
 def _add_grading_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--assignment", required=True, help="assignment name: rubrics/NAME.yaml, solutions/NAME/, assignments/NAME/")
     parser.add_argument("--assignment-root", metavar="DIR",
-                        help="the folder holding those three (default: this project); a rubric whose checks "
-                             "module Python cannot import names one in DIR/checks/ (NAME.py or a package)")
+                        help="the folder holding those three (default: this project); the rubric's checks "
+                             "module is looked up in DIR/checks/ (MODULE.py or a package) first, then imported")
     _add_isolation_options(parser)
     limits = parser.add_argument_group("limits (default: the rubric's)")
     limits.add_argument("--memory-gib", type=float)
