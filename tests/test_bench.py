@@ -87,3 +87,69 @@ def test_bench_json_round_trips_and_a_malformed_record_is_refused(tmp_path):
         with pytest.raises(ValueError):
             write_record(broken, tmp_path / "refused.json")
     assert not (tmp_path / "refused.json").exists()
+
+
+# ---------------------------------------------------------------------- run.py's fixtures and its process check
+
+def test_the_synthetic_class_has_distinct_bytes_and_the_reference_code(tmp_path):
+    import hashlib
+
+    import nbformat
+
+    from bench.run import CLASS_ASSIGNMENT, REPO, _synthetic_class
+
+    folder = _synthetic_class(tmp_path / "class", 3, 10)
+    paths = sorted(folder.glob("*.ipynb"))
+    assert [p.name for p in paths] == ["student010.ipynb", "student011.ipynb", "student012.ipynb"]
+    assert len({hashlib.sha256(p.read_bytes()).hexdigest() for p in paths}) == 3
+    master = nbformat.read(REPO / "solutions" / CLASS_ASSIGNMENT / f"{CLASS_ASSIGNMENT}.ipynb", as_version=4)
+    first = nbformat.read(paths[0], as_version=4)
+    changed = [(a.source, b.source) for a, b in zip(master.cells, first.cells) if a.source != b.source]
+    assert len(first.cells) == len(master.cells) and len(changed) == 1
+    assert changed[0][1] == changed[0][0] + "\n# bench submission 10"
+
+
+def test_the_edited_root_changes_one_tolerance_and_so_evaluation_only(tmp_path):
+    from bench.run import CLASS_ASSIGNMENT, TOLERANCE_EDIT, _edited_root
+    from grader import digests
+    from grader.assignment import Assignment
+    from grader.checks import checks_for
+
+    root = _edited_root(tmp_path / "root", "0.051")
+    project, edited = Assignment(CLASS_ASSIGNMENT), Assignment(CLASS_ASSIGNMENT, root)
+    tolerance = TOLERANCE_EDIT[0]
+    assert edited.rubric.tolerances[tolerance] == 0.051 != project.rubric.tolerances[tolerance]
+    assert {k: v for k, v in edited.rubric.tolerances.items() if k != tolerance} == \
+        {k: v for k, v in project.rubric.tolerances.items() if k != tolerance}
+    checks = checks_for(project.rubric)
+    assert digests.execution_digest(checks, edited.rubric, edited.fingerprint) == \
+        digests.execution_digest(checks, project.rubric, project.fingerprint)
+    assert digests.evaluation_digest(checks, edited.rubric) != digests.evaluation_digest(checks, project.rubric)
+
+
+def test_what_the_bench_started_is_found_and_stopped_even_without_its_marker():
+    import os
+    import subprocess
+    import sys
+
+    from bench.run import MARKER, Bench, QUICK, _marked_processes
+
+    bench = Bench(QUICK)
+    # a child with the marker whose own child gets a fresh environment, as a sandbox's does
+    script = ("import subprocess, sys, time; subprocess.Popen(['sleep', '60'], env={}); "
+              "print('ready', flush=True); time.sleep(60)")
+    child = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, MARKER: bench.marker},
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        found = _marked_processes(bench.marker)
+        assert child.pid in found
+        assert any(command == "sleep 60" for command in found.values()), found
+        assert not _marked_processes("another run")
+        stopped = bench.leftovers()
+        assert len(stopped) == len(found) >= 2
+        child.wait(timeout=10)
+        assert not _marked_processes(bench.marker)
+    finally:
+        child.kill()
+        child.wait()
