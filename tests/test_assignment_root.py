@@ -93,3 +93,13 @@ def test_a_missing_root_checks_module_is_an_import_error(tmp_path):
     (root / CHECKS_FILE).unlink()
     with pytest.raises(ModuleNotFoundError):
         checks_for(Assignment(NAME, root).rubric, root)
+
+
+def test_the_committed_small_student_files_match_a_fresh_assign(tmp_path):
+    from grader.assign import write_student_files
+
+    committed = BENCH_ROOT / "assignments" / NAME
+    notebook, script = write_student_files(BENCH_ROOT / "solutions" / NAME / f"{NAME}.ipynb",
+                                           tmp_path / f"{NAME}.ipynb")
+    assert notebook.read_bytes() == (committed / notebook.name).read_bytes(), "run grader assign on bench's master"
+    assert script.read_bytes() == (committed / script.name).read_bytes(), "run grader assign on bench's master"
