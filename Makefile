@@ -25,7 +25,7 @@ SUBMISSIONS ?=
 OUT ?= out
 WORKERS ?=
 
-.PHONY: install test grade validate assign report realrun clean
+.PHONY: install test grade validate assign report realrun bench clean
 
 install: $(STAMP)
 
@@ -75,6 +75,13 @@ report: $(STAMP)
 # The master notebook at the module's real sizes (about 12 min on 2 idle cores; not part of `make test`).
 realrun: $(STAMP)
 	$(BIN)/python solutions/linear_attention/realrun.py
+
+# What grading costs, side by side in one run (bench/run.py; README's Benchmarks): printed with
+# each target and written to out/bench/bench.json. `make bench QUICK=1`: one round on smaller sets.
+# The first run also makes out/bench/otter-venv (otter-grader 7.0.0, from the package registry).
+QUICK ?=
+bench: $(STAMP)
+	$(BIN)/python bench/run.py $(if $(QUICK),--quick)
 
 clean:
 	rm -rf $(OUT) .grader-cache build *.egg-info

@@ -18,6 +18,7 @@ from pathlib import Path
 from grader import assign
 from grader.assignment import PROJECT_ROOT, Assignment
 from grader.batch import BatchError, BatchInterrupted, dask_executor, default_workers, grade_batch
+from grader.checks import CHECKS_FOLDER
 from grader.intake import Refused, discover, read_file, safe_id
 from grader.load import package_files
 from grader.pipeline import GRADER_ERRORS
@@ -55,7 +56,8 @@ def _cmd_assign(args: argparse.Namespace) -> int:
 
 
 def _assignment(args: argparse.Namespace) -> tuple[Assignment, Rubric]:
-    assignment = Assignment(args.assignment)
+    root = Path(args.assignment_root).resolve() if args.assignment_root else PROJECT_ROOT
+    assignment = Assignment(args.assignment, root)
     problem = assignment.check_files()
     if problem:
         raise CommandError(problem)
@@ -297,8 +299,10 @@ def _template_ids(name: str) -> set[str]:
 
 
 def hidden_paths(assignment: Assignment) -> list[Path]:
-    """The assignment's files student code must never read: the master notebook's folder, the rubrics."""
-    return [assignment.master_path.parent, assignment.rubric_path.parent]
+    """The assignment's files student code must never read: the master notebook's folder, the
+    rubrics, and the checks an assignment root keeps beside them (``--assignment-root``)."""
+    own_checks = assignment.root / CHECKS_FOLDER
+    return [assignment.master_path.parent, assignment.rubric_path.parent, *([own_checks] if own_checks.is_dir() else [])]
 
 
 def _cmd_gradescope_bundle(args: argparse.Namespace) -> int:
@@ -330,6 +334,9 @@ def _add_isolation_options(parser: argparse.ArgumentParser) -> None:
 
 def _add_grading_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--assignment", required=True, help="assignment name: rubrics/NAME.yaml, solutions/NAME/, assignments/NAME/")
+    parser.add_argument("--assignment-root", metavar="DIR",
+                        help="the folder holding those three (default: this project); the rubric's checks "
+                             "module is looked up in DIR/checks/ (MODULE.py or a package) first, then imported")
     _add_isolation_options(parser)
     limits = parser.add_argument_group("limits (default: the rubric's)")
     limits.add_argument("--memory-gib", type=float)

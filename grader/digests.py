@@ -37,6 +37,10 @@ and its inputs file depend on (``written/*.py``, the rubric without its items an
 the look-alike table's package): when only the checks or a tolerance changed, the kept flags
 are reused, since the detector alone costs more than every check together.
 
+A checks module kept outside the grader package (an assignment root's ``checks/``, see
+``grader.checks.checks_for``) is digested from its own files the same way (``outside_files``):
+its driver file with execution, the rest with evaluation.
+
 NEITHER (``NEITHER``, with the reason): what chooses submissions, schedules them or presents
 results, none of which changes a verdict.
 """
@@ -82,9 +86,27 @@ def _expand(patterns: tuple[str, ...], root: Path) -> set[Path]:
 
 
 def driver_file(checks: ModuleType, root: Path = GRADER_DIR) -> Path | None:
-    """The checks module's probe driver, as a path under ``root`` (the tree digested)."""
+    """The checks module's probe driver, as a path under ``root`` (the tree digested); None
+    when it has none or keeps it outside the grader package (``outside_files``)."""
     driver = getattr(checks, "PROBE_DRIVER", None)
-    return root / Path(driver).resolve().relative_to(GRADER_DIR) if driver else None
+    if not driver or not Path(driver).resolve().is_relative_to(GRADER_DIR):
+        return None
+    return root / Path(driver).resolve().relative_to(GRADER_DIR)
+
+
+def outside_files(checks: ModuleType) -> tuple[Path, list[Path], list[Path]]:
+    """A checks module kept outside the grader package: the folder its names are relative to,
+    its driver file (execution; kept in that folder) and its other files (evaluation); no files
+    for the grader's own."""
+    origin = Path(checks.__file__ or "").resolve()
+    if origin.is_relative_to(GRADER_DIR):
+        return GRADER_DIR, [], []
+    package = origin.name == "__init__.py"
+    base = origin.parent.parent if package else origin.parent
+    files = sorted(origin.parent.rglob("*.py")) if package else [origin]
+    driver = getattr(checks, "PROBE_DRIVER", None)
+    drivers = [Path(driver).resolve()] if driver and not Path(driver).resolve().is_relative_to(GRADER_DIR) else []
+    return base, drivers, [f for f in files if f not in drivers]
 
 
 def execution_files(checks: ModuleType, root: Path = GRADER_DIR) -> list[Path]:
@@ -137,15 +159,17 @@ def _library_versions(names: tuple[str, ...] = LIBRARIES) -> str:
 def execution_digest(checks: ModuleType, rubric: Rubric, assignment_fingerprint: str,
                      root: Path = GRADER_DIR) -> str:
     """The digest of everything that decides what runs and what raw outputs come back."""
+    base, drivers, _ = outside_files(checks)
     parts = [files_digest(execution_files(checks, root), root), probe_cases_digest(checks.probe_cases(rubric)),
              assignment_fingerprint, repr((rubric.checks, rubric.limits, rubric.answer_variables)),
-             _library_versions()]
+             _library_versions(), files_digest(drivers, base)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 def evaluation_digest(checks: ModuleType, rubric: Rubric, root: Path = GRADER_DIR) -> str:
     """The digest of everything that turns raw outputs into verdicts and scores."""
-    parts = [files_digest(evaluation_files(checks, root), root), repr(rubric)]
+    base, _, files = outside_files(checks)
+    parts = [files_digest(evaluation_files(checks, root), root), repr(rubric), files_digest(files, base)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 

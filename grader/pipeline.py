@@ -133,7 +133,7 @@ class SubmissionGrader:
         self.assignment = assignment
         self.rubric = rubric or assignment.rubric
         self.sandbox = sandbox
-        self.checks = checks_for(self.rubric)
+        self.checks = checks_for(self.rubric, self.assignment.root)
 
     @cached_property
     def digests(self) -> dict[str, str]:

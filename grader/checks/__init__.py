@@ -19,6 +19,8 @@ checks' own computation.
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,8 +62,47 @@ class ChecksModule(Protocol):
     def evaluate(self, context: CheckContext) -> dict[str, Verdict]: ...
 
 
-def checks_for(rubric: Rubric) -> ChecksModule:
-    return importlib.import_module(rubric.checks)  # type: ignore[return-value]
+CHECKS_FOLDER = "checks"   # an assignment root's own checks modules (``checks_for``)
+_FROM_ROOTS: set[str] = set()   # names in sys.modules that checks_for loaded from a root's file
+
+
+def checks_for(rubric: Rubric, root: Path | None = None) -> ChecksModule:
+    """The checks module the rubric's ``checks`` key names. An assignment kept outside the
+    project (``root``, ``grader grade --assignment-root``) may keep it beside its rubric, as
+    ``<root>/checks/<name>.py`` or the package ``<root>/checks/<name>/``, loaded under that name;
+    otherwise it is the module Python imports (the grader's own ``grader.checks.<name>``)."""
+    name = rubric.checks
+    path = None if root is None else root_checks_path(name, root)
+    if path is None:
+        if name in _FROM_ROOTS:   # a root's module of that name is not this assignment's
+            sys.modules.pop(name, None)
+            _FROM_ROOTS.discard(name)
+        return importlib.import_module(name)  # type: ignore[return-value]
+    loaded = sys.modules.get(name)
+    if loaded is not None and getattr(loaded, "__file__", None) and Path(loaded.__file__).resolve() == path:
+        return loaded  # type: ignore[return-value]
+    folder = [str(path.parent)] if path.name == "__init__.py" else None
+    spec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=folder)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[name] = module   # before running it: its own submodules import it by name
+    _FROM_ROOTS.add(name)
+    try:
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    except BaseException:
+        del sys.modules[name]
+        _FROM_ROOTS.discard(name)
+        raise
+    return module  # type: ignore[return-value]
+
+
+def root_checks_path(name: str, root: Path) -> Path | None:
+    """Where an assignment root keeps the checks module ``name`` (a file, or a package's
+    ``__init__.py``), or None when it keeps none."""
+    base = root.resolve() / CHECKS_FOLDER / name
+    for path in (base.with_name(base.name + ".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
 
 
 def decide(checks: Mapping[str, Callable[[], Verdict]]) -> dict[str, Verdict]:
