@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 
 import numpy as np
+import torch
 import pytest
 
 from grader import cells
@@ -18,6 +19,7 @@ from grader.checks import CheckContext, Verdict
 from grader.checks import linear_attention as la_checks
 from grader.checks import linear_attention_hyena as hyena_checks
 from grader.checks.linear_attention import cases as la_cases
+from grader.checks.linear_attention import hybrid
 from grader.checks.linear_attention.hybrid import trusted_run
 from grader.checks.linear_attention.model import REFERENCE, Variant
 from grader.checks.linear_attention_hyena import cases as hyena_cases
@@ -214,3 +216,21 @@ def test_a_report_can_only_add_a_reason_to_fail():
     assert dtype_problem("f", got, {"type": "Tensor", "dtype": "float16"}, "float64") == (
         "f returned float16, expected float64 (compute in the inputs' dtype)")
     assert "returned float32" in dtype_problem("f", got.astype(np.float32), {"dtype": "float64"}, "float64")
+
+
+def test_the_trusted_model_does_not_follow_the_grader_processs_default_dtype():
+    """The trusted model is initialised as a fresh probe worker initialises the student's, in
+    float32, even after code run in the grader's process set another default dtype (an
+    assignment's checks run in process can: a float64 default once failed hybrid_lm for the
+    reference in every later test of the session)."""
+    tokens = np.arange(6).reshape(1, 6) % la_cases.HYBRID["vocab_size"]
+    before = trusted_run(LA.master_path, la_cases.HYBRID, tokens, REFERENCE, "add").logits
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        hybrid._trusted_run.cache_clear()   # computed again, under the float64 default
+        after = trusted_run(LA.master_path, la_cases.HYBRID, tokens, REFERENCE, "add").logits
+        assert torch.get_default_dtype() == torch.float64   # the check restores what it found
+    finally:
+        torch.set_default_dtype(previous)
+    np.testing.assert_array_equal(after, before)

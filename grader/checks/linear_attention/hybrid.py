@@ -60,11 +60,18 @@ def _trusted_run(master_path: Path, config_json: str, token_bytes: bytes, dtype:
     config = json.loads(config_json)
     tokens = np.frombuffer(token_bytes, dtype=np.dtype(dtype)).reshape(shape)
     ns = reference_namespace(master_path)
-    with torch.random.fork_rng(devices=[]):   # the model's seed, without moving the grader's own RNG
-        torch.manual_seed(config["seed"])
-        model = ns["HybridTransformerLM"](config["vocab_size"], config["embedding_dim"], config["layer_pattern"],
-                                          config["num_heads"], config["max_seq_len"],
-                                          hidden_dim=config["hidden_dim"]).to(dtype=torch.float64)
+    # The model's seed, without moving the grader's own RNG, and initialised in float32 as in a
+    # fresh probe worker whatever this process's default dtype (code run in it may have set one).
+    default_dtype = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(torch.float32)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config["seed"])
+            model = ns["HybridTransformerLM"](config["vocab_size"], config["embedding_dim"], config["layer_pattern"],
+                                              config["num_heads"], config["max_seq_len"],
+                                              hidden_dim=config["hidden_dim"]).to(dtype=torch.float64)
+    finally:
+        torch.set_default_dtype(default_dtype)
     parameters = list(model.named_parameters())
     if len(parameters) > HYBRID_MAX_PARAMETERS:
         raise ValueError(f"the hybrid model has {len(parameters)} parameters; the probe keeps the gradients of "
