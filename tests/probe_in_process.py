@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from grader.harness import HARNESS_DIR
 from grader.probe import ProbeCase, ProbeResult, harness_request, read_answer
@@ -44,8 +45,14 @@ class InProcessSupervisor(HARNESS.Supervisor):
 
     def run_worker(self, header, arrays):
         inputs = {name: np.load(io.BytesIO(bytes(view)), allow_pickle=False) for name, view in arrays}
-        with contextlib.redirect_stdout(io.StringIO()):   # the provided cells print
-            return HARNESS.run_case(self.plan, self.handlers, header, inputs), None, False
+        # A worker is a fresh process: what a case sets process-wide (the provided cells print;
+        # a notebook may set torch's default dtype) must not reach the next case or test.
+        default_dtype = torch.get_default_dtype()
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                return HARNESS.run_case(self.plan, self.handlers, header, inputs), None, False
+        finally:
+            torch.set_default_dtype(default_dtype)
 
     def report(self, record, message):
         self.stream += HARNESS.frame(record, message)

@@ -40,14 +40,15 @@ def cell_names(executed: Path) -> list[str]:
 
 
 def test_a_normal_run_records_every_stage_in_order_with_its_peak_memory(batch):
-    _, out, outcome = batch
+    _, out, _ = batch
     for submission_id in ("warns", "raises"):   # every cell runs in both (one of them raises)
         recorded = timings(out, submission_id)
         names = [name for name, _ in recorded["stages"]]
         assert names == [*EXECUTION_SIDE, *cell_names(out / submission_id / EXECUTED_NOTEBOOK), *AFTER_THE_CELLS]
         assert all(type(value) is float and value >= 0 for _, value in recorded["stages"])
-        result = next(r for r in outcome.results if r.submission_id == submission_id)
-        assert recorded["wall_s"] == round(result.execution_time, 3) > 0
+        # the file's own grading time (other tests regrade the shared batch's folder in place)
+        written = json.loads((out / submission_id / "results.json").read_text())["execution_time"]
+        assert round(recorded["wall_s"], 2) == written > 0
         assert 0 < recorded["peak_memory_mib"] < 4096   # the memory limit is 4 GiB
         # the stages that add up to the sandboxed work cannot take longer than the whole grading
         assert sum(value for name, value in recorded["stages"] if name != "report") <= 2 * recorded["wall_s"]
