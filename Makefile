@@ -48,7 +48,7 @@ $(BROWSER): $(STAMP)
 	touch $(BROWSER)
 
 test: $(STAMP) $(BROWSER)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 grade: $(STAMP)
 ifeq ($(SUBMISSIONS),)
