@@ -100,8 +100,8 @@ everything the uid left in the shared temporary folders (``/tmp``, ``/var/tmp``,
 ``/dev/shm``, ``/run/lock``) is deleted: the next run on that uid, another student's,
 finds nothing of this one. The kernel keeps the command from the grader's files only
 through their permissions: before choosing this level, :func:`check_unprivileged_user`
-runs a process as a sandbox uid that must start Python and must fail to open every file
-and list every folder under ``protected_paths`` (always including this package, the
+runs a process as a sandbox uid that must start Python, import what the harness needs,
+and fail to open every file and list every folder under ``protected_paths`` (always including this package, the
 hidden checks); otherwise the level is refused. The Gradescope bundle's ``lock_down.sh``
 sets those permissions (root-only bundle and installed ``grader`` package, world-readable
 virtualenv).
@@ -147,6 +147,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from grader.harness import SANDBOX_IMPORTS
 from grader.harness.cpu_time import backstop_message, cpu_limit_message, cpu_seconds, processes
 
 __all__ = [
@@ -278,10 +279,13 @@ def check_unprivileged_user(protected_paths: Sequence[Path]) -> str | None:
     """None when the unprivileged-user level is safe here, else a readable reason.
 
     That level hides nothing by itself, so it is only as good as the file permissions. A
-    process started like a real run (launcher, sandbox uid) must start the grader's Python
-    and then fail to open every file and list every folder under ``protected_paths``, and
-    to reach a protected path that does not exist yet (its parent must be closed, or what
-    the grader writes there later would be readable). Not cached: permissions change.
+    process started like a real run (launcher, sandbox uid) must start the grader's Python,
+    import what the harness needs (:data:`~grader.harness.SANDBOX_IMPORTS`: a virtualenv
+    under a folder closed to other users would otherwise fail every submission's run, a
+    fault of the machine charged to the student), and then fail to open every file and list
+    every folder under ``protected_paths``, and to reach a protected path that does not
+    exist yet (its parent must be closed, or what the grader writes there later would be
+    readable). Not cached: permissions change.
     """
     if os.geteuid() != 0:
         return "the grader does not run as root, so it cannot run student code as another user"
@@ -302,18 +306,25 @@ def check_unprivileged_user(protected_paths: Sequence[Path]) -> str | None:
         try:
             _give_to(scratch, lease.uid)
             argv = _launcher_argv(Limits(), lease.uid, [sys.executable, "-I", "-c", _ACCESS_CHECK])
-            proc = subprocess.run(argv, input=json.dumps(targets).encode(), capture_output=True,
+            request = {"targets": targets, "imports": list(SANDBOX_IMPORTS)}
+            proc = subprocess.run(argv, input=json.dumps(request).encode(), capture_output=True,
                                   timeout=120, cwd=scratch, env=_environment(scratch, tmp, None))
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"cannot run a process as the sandbox user: {exc}"
         finally:
             lease.release()
     try:
-        readable = json.loads(proc.stdout)
-    except ValueError:
+        found = json.loads(proc.stdout)
+        readable, unimportable = found["readable"], found["unimportable"]
+    except (ValueError, TypeError, KeyError):
         detail = proc.stderr.decode(errors="replace").strip().splitlines()
         return (f"the sandbox user cannot run {sys.executable} (it and its virtualenv must be "
                 f"readable by all): {detail[-1] if detail else f'exit status {proc.returncode}'}")
+    if unimportable:
+        name, error = next(iter(unimportable.items()))
+        return (f"the sandbox user cannot import {', '.join(unimportable)} with {sys.executable} "
+                f"({name}: {error}): the virtualenv and every folder above it must be readable "
+                "by all")
     if readable:
         return (f"the sandbox user can read {len(readable)} protected file(s) or folder(s), such as "
                 f"{readable[0]}: make them readable by root only (the Gradescope bundle's "
@@ -321,12 +332,20 @@ def check_unprivileged_user(protected_paths: Sequence[Path]) -> str | None:
     return None
 
 
-# Run as the sandbox uid by check_unprivileged_user: reads [kind, path] pairs on stdin and
-# prints those it could read (a file opened, a folder listed, a missing path reached).
+# Run as the sandbox uid by check_unprivileged_user: reads the modules to import and
+# [kind, path] pairs on stdin, and prints the modules it could not import and the paths it
+# could read (a file opened, a folder listed, a missing path reached).
 _ACCESS_CHECK = """\
-import json, os, sys
+import importlib, json, os, sys
+request = json.load(sys.stdin)
+unimportable = {}
+for name in request["imports"]:
+    try:
+        importlib.import_module(name)
+    except Exception as exc:
+        unimportable[name] = f"{type(exc).__name__}: {exc}"
 readable = []
-for kind, path in json.load(sys.stdin):
+for kind, path in request["targets"]:
     try:
         if kind == "file":
             os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW))
@@ -340,7 +359,7 @@ for kind, path in json.load(sys.stdin):
     except OSError:
         continue
     readable.append(path)
-print(json.dumps(readable))
+print(json.dumps({"readable": readable, "unimportable": unimportable}))
 """
 
 

@@ -6,7 +6,13 @@ import ast
 import copy
 import io
 import json
+import os
+import shutil
 import subprocess
+import sys
+import sysconfig
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import jsonschema
@@ -20,10 +26,13 @@ from grader.batch import BatchOutcome, grade_batch
 from grader.intake import discover
 from grader.cli import make_sandbox
 from grader.pipeline import SubmissionGrader
-from grader.sandbox import Sandbox
+from grader.sandbox import SANDBOX_UID_BASE, SANDBOX_UID_SLOTS, Sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 SCAFFOLDS = Path(__file__).parent / "scaffolds"
+#: A sandbox uid no grading run leases while a test uses it (runs take the lowest free).
+PROBE_UID = SANDBOX_UID_BASE + SANDBOX_UID_SLOTS - 1
+PYTHON_VERSION = f"python{sys.version_info.major}.{sys.version_info.minor}"
 
 
 @pytest.fixture(scope="session")
@@ -142,3 +151,64 @@ def finish_all(started: dict[str, subprocess.Popen], timeout: float) -> dict[str
             output += f"\n[killed after {timeout} s]"
         finished[name] = (proc.returncode, output)
     return finished
+
+
+def _reachable_python() -> str:
+    """A Python of this version that the sandbox user can run (as a container's python3 is)."""
+    candidates = [str(Path(getattr(sys, "_base_executable", sys.executable)).resolve()),
+                  shutil.which(PYTHON_VERSION, path="/usr/local/bin:/usr/bin") or ""]
+    for candidate in filter(None, candidates):
+        try:
+            subprocess.run([candidate, "-c", "pass"], capture_output=True, check=True, user=PROBE_UID,
+                           group=PROBE_UID, extra_groups=[], cwd="/")
+            return candidate
+        except (OSError, subprocess.CalledProcessError):
+            continue
+    pytest.fail(f"no {PYTHON_VERSION} that an unprivileged user can run among {candidates}")
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    """Hard-link a file readable by all (permission changes to the copy, such as lock_down.sh's,
+    leave such files alone); copy the rest."""
+    if os.stat(source).st_mode & 0o004:
+        try:
+            os.link(source, target)
+            return
+        except OSError:
+            pass  # another filesystem
+    shutil.copy2(source, target)
+
+
+def venv_for_other_users(venv: Path, grader: Path | None = None) -> Path:
+    """Make, at ``venv`` (whose parents the sandbox user must be able to enter), a virtualenv any
+    user can run: on a Python an unprivileged uid can start, with this checkout's installed
+    packages hard-linked into it and without its editable install of ``grader`` (a copy of
+    ``grader`` goes in when given, as ``pip install`` would put it). This checkout's own venv
+    may sit in a folder other users cannot enter (a clone in a ``mktemp -d`` folder does).
+    Returns its python."""
+    subprocess.run([_reachable_python(), "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = venv / "lib" / PYTHON_VERSION / "site-packages"
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if entry.name.startswith(("__editable__", "g2c_grader")) or entry.name == "grader":
+            continue   # this repo's editable install
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.copytree(entry, site / entry.name, symlinks=True, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(str(entry), str(site / entry.name))
+    shutil.copytree(Path(sys.prefix) / "share" / "jupyter", venv / "share" / "jupyter", symlinks=True,
+                    copy_function=_link_or_copy)   # the python3 kernel spec
+    if grader is not None:
+        shutil.copytree(grader, site / "grader")
+    return venv / "bin" / "python"
+
+
+@pytest.fixture(scope="session")
+def user_python() -> Iterator[str]:
+    """The python of a virtualenv that any user can run (see venv_for_other_users), for runs at
+    the unprivileged-user level; the grader comes from PYTHONPATH."""
+    folder = Path(tempfile.mkdtemp(prefix="g2c-user-venv-"))
+    try:
+        os.chmod(folder, 0o755)
+        yield str(venv_for_other_users(folder / "venv"))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

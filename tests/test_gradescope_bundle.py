@@ -25,7 +25,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import zipfile
 from collections.abc import Iterator
@@ -38,14 +37,11 @@ from grader.assignment import Assignment
 from grader.cli import main as grader_main
 from grader.gradescope import OUT_FOLDER
 from grader.intake import find_submission
-from grader.sandbox import SANDBOX_UID_BASE, SANDBOX_UID_SLOTS
 
-from conftest import ROOT as REPO, gradescope_valid
+from conftest import PROBE_UID, ROOT as REPO, gradescope_valid, venv_for_other_users
 
 BASH = shutil.which("bash") or "/bin/bash"
 PYTHON_VERSION = f"python{sys.version_info.major}.{sys.version_info.minor}"
-#: A sandbox uid no grading run leases while this test is running (they take the lowest free).
-PROBE_UID = SANDBOX_UID_BASE + SANDBOX_UID_SLOTS - 1
 STUDENT = {"name": "Ada Lovelace", "sid": "S0042", "email": "ada@example.edu"}
 METADATA = {"id": 4242, "created_at": "2025-01-01T12:00:00.000000-08:00",
             "assignment": {"id": 77, "title": "Linear attention", "total_points": "106.0"},
@@ -118,46 +114,6 @@ class Autograder:
         return json.loads(proc.stdout)
 
 
-def _reachable_python() -> str:
-    """A Python of this version that the sandbox user can run (as setup.sh's python3 is)."""
-    candidates = [str(Path(getattr(sys, "_base_executable", sys.executable)).resolve()),
-                  shutil.which(PYTHON_VERSION, path="/usr/local/bin:/usr/bin") or ""]
-    for candidate in filter(None, candidates):
-        try:
-            subprocess.run([candidate, "-c", "pass"], capture_output=True, check=True, user=PROBE_UID,
-                           group=PROBE_UID, extra_groups=[], cwd="/")
-            return candidate
-        except (OSError, subprocess.CalledProcessError):
-            continue
-    pytest.fail(f"no {PYTHON_VERSION} that an unprivileged user can run among {candidates}")
-
-
-def _link_or_copy(source: str, target: str) -> None:
-    """Hard-link a file readable by all (lock_down.sh leaves such files alone); copy the rest."""
-    if os.stat(source).st_mode & 0o004:
-        try:
-            os.link(source, target)
-            return
-        except OSError:
-            pass  # another filesystem
-    shutil.copy2(source, target)
-
-
-def _make_venv(venv: Path, bundled_grader: Path) -> None:
-    subprocess.run([_reachable_python(), "-m", "venv", "--without-pip", str(venv)], check=True)
-    site = venv / "lib" / PYTHON_VERSION / "site-packages"
-    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
-        if entry.name.startswith(("__editable__", "g2c_grader")) or entry.name == "grader":
-            continue   # this repo's editable install
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.copytree(entry, site / entry.name, symlinks=True, copy_function=_link_or_copy)
-        else:
-            _link_or_copy(str(entry), str(site / entry.name))
-    shutil.copytree(Path(sys.prefix) / "share" / "jupyter", venv / "share" / "jupyter", symlinks=True,
-                    copy_function=_link_or_copy)   # the python3 kernel spec
-    shutil.copytree(bundled_grader, site / "grader")   # what pip install /autograder/source puts there
-
-
 @pytest.fixture(scope="module")
 def autograder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Autograder]:
     bundle = tmp_path_factory.mktemp("bundle") / "autograder.zip"
@@ -177,7 +133,7 @@ def autograder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Autograder]
         (root / "bin").mkdir()
         for tool in ("mkdir", "rm"):
             os.symlink(shutil.which(tool), root / "bin" / tool)
-        _make_venv(root / "venv", root / "source" / "grader")
+        venv_for_other_users(root / "venv", grader=root / "source" / "grader")
         unlocked = Autograder(root, names, bundle.read_bytes(), [], {})
         hidden = unlocked.hidden_files()
         before = unlocked.read_as_sandbox_user(hidden)

@@ -460,3 +460,38 @@ def test_missing_bubblewrap_is_reported_with_the_fix(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
     assert check_bubblewrap.__wrapped__() == (
         "bubblewrap is not installed: apt-get install bubblewrap")
+
+
+def test_the_unprivileged_level_is_refused_when_the_sandbox_user_cannot_import_what_runs_need(
+        user_python: str, tmp_path: Path) -> None:
+    # A virtualenv whose packages sit behind a folder only root may enter (a checkout in a
+    # `mktemp -d` folder): root imports them, the sandbox user does not, so every run would fail
+    # and charge the student. The level is refused instead, saying why.
+    import shutil
+    import subprocess
+    import sysconfig
+    import tempfile
+
+    check = "from grader.sandbox import check_unprivileged_user as check; print(check([]))"
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(grader.__file__).parent.parent)}
+    folder = Path(tempfile.mkdtemp(prefix="g2c-closed-venv-"))
+    try:
+        os.chmod(folder, 0o755)
+        closed = folder / "closed"
+        closed.mkdir(mode=0o700)
+        (closed / "site").symlink_to(sysconfig.get_paths()["purelib"])
+        venv = folder / "venv"
+        subprocess.run([str(Path(user_python).resolve()), "-m", "venv", "--without-pip", str(venv)], check=True)
+        site = next((venv / "lib").glob("python3*/site-packages"))
+        (site / "closed.pth").write_text(f"{closed / 'site'}\n")
+        refused = subprocess.run([str(venv / "bin" / "python"), "-c", check], capture_output=True, text=True,
+                                 env=env, timeout=300)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert refused.returncode == 0, refused.stderr
+    assert refused.stdout.startswith("the sandbox user cannot import nbformat, nbclient, ipykernel, numpy, torch "
+                                     f"with {venv / 'bin' / 'python'} (nbformat: ModuleNotFoundError"), refused.stdout
+    assert "every folder above it must be readable by all" in refused.stdout
+    # The same packages reachable by all: the level is accepted.
+    accepted = subprocess.run([user_python, "-c", check], capture_output=True, text=True, env=env, timeout=300)
+    assert (accepted.returncode, accepted.stdout.strip()) == (0, "None"), accepted.stdout + accepted.stderr

@@ -7,3 +7,7 @@ no verdicts: they only feed inputs to student code and write raw outputs (npy / 
 from pathlib import Path
 
 HARNESS_DIR = Path(__file__).parent
+
+# What these scripts import beyond the standard library, and the kernel the notebook driver
+# starts: the sandbox's Python must be able to import all of them as whatever user it runs.
+SANDBOX_IMPORTS = ("nbformat", "nbclient", "ipykernel", "numpy", "torch")
