@@ -19,7 +19,7 @@ from grader.cli import main
 from grader.pipeline import EXECUTED_NOTEBOOK, GRADER_ERRORS, SCAFFOLD_SOURCE
 from grader.report.changes import CHANGES_FILE, read_changes, record_changes
 from grader.report.export import ExportError, export_canvas
-from grader.report.integrity import code_tokens, similar_pairs
+from grader.report.integrity import code_tokens, similar_groups
 from grader.report.pages import REPORT_PAGE, REVIEW_PAGE, SUMMARY_PAGE, review_queue, write_pages
 from grader.report.results import GRADEBOOK_FILE, read_results, write_result
 from grader.report.terminal import RunProgress, print_scores
@@ -151,6 +151,38 @@ def test_review_page_and_queue_carry_the_override_lines_that_settle_them(folder,
     assert 'id="overrides"' in summary and "jdoe" in summary
 
 
+def test_a_page_is_redrawn_when_what_it_shows_changes_and_only_then(folder, assignment):
+    def drawn() -> dict[str, int]:
+        return {f"{sid}/{name}": (folder / sid / name).stat().st_mtime_ns
+                for sid in ("alice", "bob", "carol") for name in (REPORT_PAGE, REVIEW_PAGE)}
+
+    def shown_items(sid: str) -> int:
+        return page(folder / sid / REPORT_PAGE).count('<span class="state ')
+
+    with redirect_stdout(io.StringIO()):
+        assert main(["report", str(folder)]) == 0
+    first, items = drawn(), shown_items("carol")
+    with redirect_stdout(io.StringIO()):
+        assert main(["report", str(folder)]) == 0
+    assert drawn() == first   # nothing changed: no page is drawn again
+
+    with redirect_stdout(io.StringIO()):   # every student page now shows the written items too
+        assert main(["report", str(folder), "--release", "published"]) == 0
+    released = drawn()
+    assert all(released[page_] != first[page_] for page_ in released)
+    assert shown_items("carol") == items + len(assignment.rubric.questions)
+
+    item = assignment.rubric.items[0].name   # a TA's override of one item of bob's
+    (folder / "overrides.yaml").write_text(yaml.safe_dump(
+        {"bob": {item: {"score": 0.0, "comment": "copied", "reviewer": "jdoe"}}}))
+    with redirect_stdout(io.StringIO()):
+        assert main(["report", str(folder)]) == 0
+    overridden = drawn()
+    assert {name for name in overridden if overridden[name] != released[name]} == {f"bob/{REPORT_PAGE}",
+                                                                                 f"bob/{REVIEW_PAGE}"}
+    assert "jdoe" in page(folder / "bob" / REVIEW_PAGE)
+
+
 def test_common_failures_and_pass_rates_in_the_summary(folder):
     write_pages(folder, read_results(folder))
     summary = page(folder / SUMMARY_PAGE)
@@ -219,12 +251,14 @@ def test_summary_pass_rates_leave_pending_out_and_say_how_many(folder, assignmen
 
 
 def test_integrity_pairs_a_renamed_copy_only(folder, assignment):
-    pairs = similar_pairs(folder, read_results(folder))
-    assert [(p.first, p.second, p.what) for p in pairs] == [("alice", "bob", "scaffold code")]
+    groups = similar_groups(folder, read_results(folder))
+    assert [(g.members, g.what) for g in groups] == [(("alice", "bob"), "scaffold code")]
     template = next(cells.source(c) for c in assignment.template.cells if cells.SCAFFOLD in cells.tags(c))
     assert code_tokens(template.replace("self", "me")) == code_tokens(template)   # names do not matter
     write_pages(folder, read_results(folder))
-    assert "alice</a> and <a" in page(folder / SUMMARY_PAGE)
+    summary = page(folder / SUMMARY_PAGE)
+    rows = summary.split('<table id="similar">')[1].split("</table>")[0].count("<tr><td>")
+    assert rows == 1 and "alice</a>, <a" in summary
 
 
 def test_integrity_leaves_out_untouched_templates_and_pairs_copied_answers(tmp_path, assignment):
@@ -236,11 +270,34 @@ def test_integrity_leaves_out_untouched_templates_and_pairs_copied_answers(tmp_p
         result.artifacts = {SCAFFOLD_SOURCE: template.encode(),
                             WRITTEN_INPUTS: json.dumps({"answers": {"ex5_memory_bill": text}}).encode()}
         write_result(tmp_path, result)
-    pairs = similar_pairs(tmp_path, read_results(tmp_path), template)
-    assert [(p.first, p.second, p.what) for p in pairs] == [("u1", "u2", "written answer ex5_memory_bill")]
+    groups = similar_groups(tmp_path, read_results(tmp_path), template)
+    assert [(g.members, g.what) for g in groups] == [(("u1", "u2"), "written answer ex5_memory_bill")]
     write_pages(tmp_path, read_results(tmp_path))   # the summary finds the template itself
     summary = page(tmp_path / SUMMARY_PAGE)
     assert "written answer ex5_memory_bill" in summary and "scaffold code" not in summary
+
+
+def test_integrity_lists_a_ring_of_copies_as_one_group_on_the_page(tmp_path, assignment):
+    template = next(cells.source(c) for c in assignment.template.cells if cells.SCAFFOLD in cells.tags(c))
+    answer = ("The KV cache grows linearly with the number of tokens because every layer keeps "
+              "a key and a value for each head, while the linear state stays fixed.")
+    other = ("Attention over a prefix costs quadratic time in its length, which the recurrent form "
+             "avoids by folding every token into a state of constant size as it arrives.")
+    texts = {**{f"c{k}": answer for k in range(4)}, "c4": answer.replace("because", "since"), "c5": other}
+    for name, text in texts.items():
+        result = recorded(assignment, name)
+        result.artifacts = {SCAFFOLD_SOURCE: template.encode(),
+                            WRITTEN_INPUTS: json.dumps({"answers": {"ex5_memory_bill": text}}).encode()}
+        write_result(tmp_path, result)
+    groups = similar_groups(tmp_path, read_results(tmp_path), template)
+    assert [(g.members, g.what) for g in groups] == [(("c0", "c1", "c2", "c3", "c4"), "written answer ex5_memory_bill")]
+    assert 0.9 <= groups[0].similarity < 1
+    write_pages(tmp_path, read_results(tmp_path))
+    table = page(tmp_path / SUMMARY_PAGE).split('<table id="similar">')[1].split("</table>")[0]
+    rows = table.split("<tr><td>")[1:]
+    assert len(rows) == 1
+    assert [name for name in texts if f">{name}</a>" in rows[0]] == ["c0", "c1", "c2", "c3", "c4"]
+    assert f"{groups[0].similarity:.3f}" in rows[0]
 
 
 def test_score_changes_list_old_and_new_per_item(tmp_path, assignment):

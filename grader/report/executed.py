@@ -81,7 +81,7 @@ def write_executed_page(folder: Path) -> tuple[Path | None, str]:
     page = folder / EXECUTED_PAGE
     data, why = read_regular(folder / EXECUTED_NOTEBOOK, folder, MAX_EXECUTED_NOTEBOOK_BYTES)
     made_from = _made_from(data) if data is not None else ""
-    if made_from and _page_made_from(page) == made_from:
+    if made_from and page_made_from(page) == made_from:
         return page, ""   # rendering costs seconds: a page of the same notebook by the same renderer stays
     page.unlink(missing_ok=True)
     if data is None:
@@ -113,8 +113,9 @@ def _renderer_digest() -> str:
     return hashlib.sha256(b"\0".join(parts)).hexdigest()
 
 
-def _page_made_from(page: Path) -> str:
-    """What an existing page says it was made from ("" when there is none to trust)."""
+def page_made_from(page: Path) -> str:
+    """What an existing page says it was made from (its first line, written with the page:
+    two sha256 digests, of its inputs and of its renderer; "" when there is none to trust)."""
     try:
         with page.open("rb") as handle:   # the grader wrote it; the output folder is the TA's
             first = handle.readline(512).decode("ascii")

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import ast
 import atexit
+import dataclasses
 import functools
+import hashlib
 import io
 import json
 import os
@@ -38,8 +40,8 @@ from grader.assignment import Assignment
 from grader.intake import SAFE_ID
 from grader.pipeline import EXECUTED_NOTEBOOK, GRADER_ERRORS
 from grader.report.changes import read_changes
-from grader.report.executed import write_executed_page
-from grader.report.integrity import similar_pairs
+from grader.report.executed import MADE_FROM, page_made_from, write_executed_page
+from grader.report.integrity import similar_groups
 from grader.report.overrides import OVERRIDES_FILE
 from grader.report.results import is_pending
 from grader.rubric import WRITTEN_TAG
@@ -167,20 +169,65 @@ def write_pages(out_dir: Path, results: list[GradeResult], release: str = "none"
     for result in results:
         folder = out_dir / result.submission_id
         folder.mkdir(parents=True, exist_ok=True)
-        context = _submission_context(folder, result)
         executed, executed_note = write_executed_page(folder)   # linked from the TA's page only
         pages += [executed] if executed else []
+        context = None
         for name, audience, shown in ((REPORT_PAGE, "student", RELEASES[release]),
                                       (REVIEW_PAGE, "ta", None)):
+            page = folder / name
+            pages.append(page)
+            made_from = _made_from(folder, result, audience, release, executed_note)
+            if page_made_from(page) == made_from:
+                continue   # the page these inputs make is there: an unchanged regrade redraws nothing
+            context = context or _submission_context(folder, result)
             html = _templates.get_template("report.html.j2").render(
                 audience=audience, release=release, executed=executed.name if executed else "",
                 executed_note=executed_note, **context, **_items_context(result, shown))
-            (folder / name).write_text(html)
-            pages.append(folder / name)
+            page.write_text(f"<!-- {MADE_FROM} {made_from} -->\n" + html)
     summary = out_dir / SUMMARY_PAGE
     summary.write_text(_templates.get_template("summary.html.j2").render(**summary_context(out_dir, results)))
     pages.append(summary)
     return pages
+
+
+def _made_from(folder: Path, result: GradeResult, audience: str, release: str, executed_note: str) -> str:
+    """What a submission's page is drawn from, as two sha256 digests: its inputs (the result,
+    who reads it, the release state, the folder's files the page reads, the assignment's files)
+    and the grader's code and templates that draw it."""
+    digest = hashlib.sha256()
+    record = {k: v for k, v in dataclasses.asdict(result).items() if k != "artifacts"}
+    digest.update(json.dumps([record, audience, release, executed_note, _assignment_digest(result.assignment)],
+                             sort_keys=True, default=str).encode())
+    for name in (EXECUTED_NOTEBOOK, WRITTEN_INPUTS):
+        try:
+            found = (folder / name).stat()
+            digest.update(f"\0{name} {found.st_size} {found.st_mtime_ns}".encode())
+        except OSError:
+            digest.update(f"\0{name} absent".encode())
+    return f"{digest.hexdigest()} {_page_code_digest()}"
+
+
+@functools.lru_cache(maxsize=8)
+def _assignment_digest(name: str) -> str:
+    """The master, the template and the rubric file of the assignment (questions and criteria
+    are shown from them); "" for an assignment the project does not have."""
+    assignment = _assignment(name)
+    try:
+        return hashlib.sha256(assignment.fingerprint.encode() + assignment.rubric_path.read_bytes()).hexdigest()
+    except OSError:
+        return ""
+
+
+@functools.cache
+def _page_code_digest() -> str:
+    """Every file of the grader package that could change how a page is drawn: all its code and
+    templates (any edit of the grader redraws the pages once)."""
+    package = Path(__file__).resolve().parent.parent
+    files = sorted(p for p in package.rglob("*") if p.suffix in (".py", ".j2", ".css") and "__pycache__" not in p.parts)
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(f"{path.relative_to(package)}\0".encode() + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def _submission_context(folder: Path, result: GradeResult) -> dict[str, Any]:
@@ -239,12 +286,19 @@ def cell_problems(executed: Path, result: GradeResult | None = None) -> list[Cel
 
 
 @functools.lru_cache(maxsize=8)
+def _assignment(name: str) -> Assignment:
+    """The assignment results name, loaded once per process: parsing its rubric again for every
+    page was most of the cost of rewriting a class's pages."""
+    return Assignment(name)
+
+
+@functools.lru_cache(maxsize=8)
 def answer_cells(assignment: str) -> dict[str, tuple[str, ...]]:
     """Cell id -> the answer variables that cell assigns, read from the trusted master notebook
     (never from the student's cell; ids are the template's): a raising cell costs the items
     that read them."""
     try:
-        template = Assignment(assignment)
+        template = _assignment(assignment)
         wanted = set(template.rubric.answer_variables)
         notebook = template.master
     except Exception:  # noqa: BLE001 - an unknown or broken assignment only loses the links
@@ -269,7 +323,7 @@ def written_context(folder: Path, result: GradeResult) -> dict[str, dict[str, An
     the grounding values the answer was judged against, as the written stage recorded them (the
     student's reported run, the grader's re-run, and whether the two agree where they must)."""
     try:
-        template = Assignment(result.assignment)
+        template = _assignment(result.assignment)
         questions = {q.item_name: q for q in template.rubric.questions}
         asked = template.reference_answers
     except Exception:  # noqa: BLE001 - an unknown assignment's pages still show the answers
@@ -420,7 +474,7 @@ def summary_context(out_dir: Path, results: list[GradeResult]) -> dict[str, Any]
         "queue_groups": queue_groups(queue), "queue_blocks": queue_blocks(queue, ordered),
         "usage": usage, "times": times, "mean_time": statistics.fmean(times) if times else 0,
         "changes": read_changes(out_dir),
-        "pairs": similar_pairs(out_dir, ordered, _template_scaffold(ordered[0].assignment) if ordered else None),
+        "similar": similar_groups(out_dir, ordered, _template_scaffold(ordered[0].assignment) if ordered else None),
         "overridden": overridden, "overrides_file": OVERRIDES_FILE,
         "assignment": ordered[0].assignment if ordered else "",
     }
@@ -428,7 +482,7 @@ def summary_context(out_dir: Path, results: list[GradeResult]) -> dict[str, Any]
 
 def _template_scaffold(assignment: str) -> str | None:
     """The scaffold code students start from, so that untouched notebooks do not pair up."""
-    template = Assignment(assignment)
+    template = _assignment(assignment)
     if template.check_files():
         return None
     return "\n".join(cells.source(c) for c in template.template.cells if cells.SCAFFOLD in cells.tags(c)) or None
