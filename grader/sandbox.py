@@ -101,8 +101,8 @@ everything the uid left in the shared temporary folders (``/tmp``, ``/var/tmp``,
 finds nothing of this one. The kernel keeps the command from the grader's files only
 through their permissions: before choosing this level, :func:`check_unprivileged_user`
 runs a process as a sandbox uid that must start Python, import what the harness needs,
-and fail to open every file and list every folder under ``protected_paths`` (always including this package, the
-hidden checks); otherwise the level is refused. The Gradescope bundle's ``lock_down.sh``
+and fail to open every file and list every folder under ``protected_paths`` (always
+including this package, the hidden checks); otherwise the level is refused. The Gradescope bundle's ``lock_down.sh``
 sets those permissions (root-only bundle and installed ``grader`` package, world-readable
 virtualenv).
 

@@ -119,9 +119,11 @@ def _linked(texts: dict[str, list[str]], what: str, threshold: float) -> list[Si
         return i
 
     for i, j in combinations(range(len(distinct)), 2):
-        ratio = similarity(list(distinct[i]), list(distinct[j]))
         a, b = find(i), find(j)
-        if ratio >= threshold and a != b:
+        if a == b:
+            continue   # already linked: another link would not change the group
+        ratio = similarity(list(distinct[i]), list(distinct[j]))
+        if ratio >= threshold:
             root[b] = a
             lowest[a] = min(lowest[a], lowest[b], ratio)
     members: dict[int, list[str]] = {}

@@ -171,12 +171,12 @@ def write_pages(out_dir: Path, results: list[GradeResult], release: str = "none"
         folder.mkdir(parents=True, exist_ok=True)
         executed, executed_note = write_executed_page(folder)   # linked from the TA's page only
         pages += [executed] if executed else []
-        context = None
+        context, inputs = None, _page_inputs(folder, result, release, executed_note)
         for name, audience, shown in ((REPORT_PAGE, "student", RELEASES[release]),
                                       (REVIEW_PAGE, "ta", None)):
             page = folder / name
             pages.append(page)
-            made_from = _made_from(folder, result, audience, release, executed_note)
+            made_from = f"{hashlib.sha256(inputs + audience.encode()).hexdigest()} {_page_code_digest()}"
             if page_made_from(page) == made_from:
                 continue   # the page these inputs make is there: an unchanged regrade redraws nothing
             context = context or _submission_context(folder, result)
@@ -190,21 +190,20 @@ def write_pages(out_dir: Path, results: list[GradeResult], release: str = "none"
     return pages
 
 
-def _made_from(folder: Path, result: GradeResult, audience: str, release: str, executed_note: str) -> str:
-    """What a submission's page is drawn from, as two sha256 digests: its inputs (the result,
-    who reads it, the release state, the folder's files the page reads, the assignment's files)
-    and the grader's code and templates that draw it."""
-    digest = hashlib.sha256()
+def _page_inputs(folder: Path, result: GradeResult, release: str, executed_note: str) -> bytes:
+    """What a submission's two pages are drawn from, but for their audience: the result, the
+    release state, the folder's files the pages read and the assignment's files. With the
+    audience, digested, and the digest of the code that draws them, it makes a page's first line."""
     record = {k: v for k, v in dataclasses.asdict(result).items() if k != "artifacts"}
-    digest.update(json.dumps([record, audience, release, executed_note, _assignment_digest(result.assignment)],
-                             sort_keys=True, default=str).encode())
+    parts = [json.dumps([record, release, executed_note, _assignment_digest(result.assignment)],
+                        sort_keys=True, default=str)]
     for name in (EXECUTED_NOTEBOOK, WRITTEN_INPUTS):
         try:
             found = (folder / name).stat()
-            digest.update(f"\0{name} {found.st_size} {found.st_mtime_ns}".encode())
+            parts.append(f"{name} {found.st_size} {found.st_mtime_ns}")
         except OSError:
-            digest.update(f"\0{name} absent".encode())
-    return f"{digest.hexdigest()} {_page_code_digest()}"
+            parts.append(f"{name} absent")
+    return "\0".join(parts).encode() + b"\0"
 
 
 @functools.lru_cache(maxsize=8)
