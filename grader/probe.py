@@ -60,6 +60,13 @@ class ProbeCase:
     ``keep`` lists the output arrays the checks read; the rest of a worker's message is
     dropped. Cases of one ``group`` (default: their kind) are given up together after
     ``GIVE_UP_AFTER`` of them hang or crash the probe.
+
+    Consecutive cases with the same non-empty ``batch`` share one worker, one after another
+    (the harness's docstring says how they are kept apart). Give a key only to cases whose
+    every verdict compares them with values computed from their own inputs, or with cases
+    given the same arrays: code that runs a later case of the batch may have kept what the
+    earlier ones received. Never to cases compared for what differs between their inputs
+    (a causality pair), to segmented cases (refused here), or to cases that measure a state.
     """
 
     name: str
@@ -69,6 +76,11 @@ class ProbeCase:
     keep: tuple[str, ...] = ()
     segments: Segments | None = None
     group: str = ""
+    batch: str = ""
+
+    def __post_init__(self) -> None:
+        if self.batch and self.segments:
+            raise ValueError(f"probe case {self.name}: a segmented case never shares a worker")
 
     @property
     def family(self) -> str:
@@ -257,7 +269,7 @@ def harness_request(module_source: str, cases: list[ProbeCase], case_timeout: fl
             sizes.append([name, len(blobs[-1])])
         planned.append({"name": case.name, "kind": case.kind, "group": case.family, "config": case.config,
                         "segments": [list(b) for b in case.segments.bounds] if case.segments else None,
-                        "arrays": sizes})
+                        "batch": case.batch, "arrays": sizes})
     # kill_all: the supervisor may kill every process it can signal, which is safe only
     # inside the sandbox's own PID namespace.
     plan = json.dumps({"module_source": module_source, "driver_source": driver_source, "case_timeout": case_timeout,

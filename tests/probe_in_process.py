@@ -43,7 +43,7 @@ class InProcessSupervisor(HARNESS.Supervisor):
         super().__init__(plan, store, offsets)
         self.stream = bytearray()
 
-    def run_worker(self, header, arrays):
+    def run_worker(self, header, arrays, batch=""):
         inputs = {name: np.load(io.BytesIO(bytes(view)), allow_pickle=False) for name, view in arrays}
         # A worker is a fresh process: what a case sets process-wide (the provided cells print;
         # a notebook may set torch's default dtype) must not reach the next case or test.

@@ -49,10 +49,11 @@ def _inputs() -> dict[str, tuple[str, dict[str, np.ndarray], Callable[..., np.nd
 
 
 def probe_cases(rubric: Rubric) -> list[ProbeCase]:
-    """One call per case, grouped by function (a function that hangs loses its own cases only)."""
+    """One call per case, grouped by function (a function that hangs loses its own cases only);
+    a function's cases share a worker, each judged against the reference on its own inputs."""
     return [ProbeCase(name, "call", {"dtype": "float64", "calls": [
                 {"symbol": symbol, "args": [{"array": a} for a in arrays], "kwargs": {}, "output": "y"}]},
-                      arrays, ("y",), group=symbol)
+                      arrays, ("y",), group=symbol, batch=symbol)
             for name, (symbol, arrays, _) in _inputs().items()]
 
 

@@ -31,6 +31,15 @@ The limit is in CPU seconds of the worker and everything it started (``cpu_time`
 supervisor is their subreaper, so orphans count too), with a wall-clock backstop for a
 worker that sleeps or waits.
 
+Consecutive cases with the same ``batch`` key share one worker, one case at a time: the
+supervisor sends a case's inputs only once the worker has answered the one before, so a
+case never has the inputs of a later one; each case has its own CPU limit and backstop,
+its own fresh import of the module, and starts from the global random and dtype state the
+worker was forked with. A case that hangs or crashes ends that worker; the next case of
+the batch starts a new one. Which cases may share a worker is the checks' decision
+(``grader.probe.ProbeCase.batch``): forking a process that has torch loaded costs more
+than most cases (about 20 ms here), and never segments.
+
 What a worker can know, and leave behind
 ----------------------------------------
 A worker receives its own inputs over a pipe after it is forked. Everything else (the other
@@ -74,6 +83,10 @@ _fork, _pipe, _close, _read, _write, _exit = os.fork, os.pipe, os.close, os.read
 _dumps, _loads, _BytesIO, _pack, _unpack = json.dumps, json.loads, io.BytesIO, struct.pack, struct.unpack
 _np_save, _np_load, _np_asarray = np.save, np.load, np.asarray
 _tensor = torch.tensor
+_get_rng, _set_rng, _np_get_rng, _np_set_rng = torch.get_rng_state, torch.set_rng_state, np.random.get_state, \
+    np.random.set_state
+_get_dtype, _set_dtype, _grad_enabled, _set_grad = torch.get_default_dtype, torch.set_default_dtype, \
+    torch.is_grad_enabled, torch.set_grad_enabled
 _Tensor, _Generator = torch.Tensor, torch.Generator
 _FLOAT32, _FLOAT64 = torch.float32, torch.float64
 _isinstance, _type, _len, _str = isinstance, type, len, str
@@ -260,8 +273,12 @@ def error_text(exc, source_lines):
 
 
 def receive_inputs(fd):
-    """(header, arrays) the supervisor sent this worker: its case and nothing else."""
-    size = _unpack(">Q", bytes(read_exact(fd, 8)))[0]
+    """(header, arrays) the supervisor sent this worker for its next case, or None once the
+    supervisor has no more for it."""
+    head = read_exact(fd, 8)
+    if head is None:
+        return None
+    size = _unpack(">Q", bytes(head))[0]
     data = memoryview(bytes(read_exact(fd, size)))
     head = _unpack(">Q", data[:8])[0]
     header = _loads(bytes(data[8: 8 + head]))
@@ -306,21 +323,29 @@ def run_case(plan, handlers, header, inputs):
 
 
 def worker(plan, handlers, in_fd, out_fd):
-    """Read this worker's inputs, run its case (None: only the import), send; never returns."""
+    """Run the cases the supervisor sends, one at a time, and answer each (``in_fd`` -1:
+    only the import); never returns."""
     _close(REPORT_FD)
     try:
         os.setpgid(0, 0)  # the unsandboxed fallback kills a worker by process group
     except OSError:
         pass
-    header, inputs = {}, {}
-    if in_fd >= 0:
-        header, inputs = receive_inputs(in_fd)
-        _close(in_fd)
     sys.modules["__main__"] = _ModuleType("__main__")
+    # What a case may change process-wide and the next case of a batch would otherwise see.
+    forked_with = (_get_rng(), _np_get_rng(), _get_dtype(), _grad_enabled())
     sys.addaudithook(_audit)
-    message = run_case(plan, handlers, header, inputs)
-    write_all(out_fd, _pack(">Q", _len(message)), message)
-    _exit(0)
+    while True:
+        received = receive_inputs(in_fd) if in_fd >= 0 else ({}, {})
+        if received is None:
+            _exit(0)
+        _set_rng(forked_with[0])
+        _np_set_rng(forked_with[1])
+        _set_dtype(forked_with[2])
+        _set_grad(forked_with[3])
+        message = run_case(plan, handlers, *received)
+        write_all(out_fd, _pack(">Q", _len(message)), message)
+        if in_fd < 0:
+            _exit(0)
 
 
 # ----------------------------------------------------------------------------- supervisor
@@ -336,10 +361,10 @@ def describe_exit(status):
     return f"the process running your code exited with status {os.WEXITSTATUS(status)}"
 
 
-def receive(fd, pid, meter, cpu_limit, backstop):
+def receive(fd, pid, meter, cpu_limit, backstop, spent=0.0):
     """(message buffer | None, why there is none, timed out) from the worker ``pid``, stopped
-    once ``meter`` (its processes' CPU) passes ``cpu_limit`` seconds, or after ``backstop``
-    wall-clock seconds."""
+    once ``meter`` (its processes' CPU) passes ``cpu_limit`` seconds over ``spent`` (what its
+    earlier cases used), or after ``backstop`` wall-clock seconds."""
     head, buffer, got, status = bytearray(), None, 0, None
     deadline = time.monotonic() + backstop
     next_reading = time.monotonic() + CPU_POLL_S
@@ -349,7 +374,7 @@ def receive(fd, pid, meter, cpu_limit, backstop):
             return None, cpu_time.backstop_message(backstop), True
         if now >= next_reading:
             next_reading = now + CPU_POLL_S
-            if meter.used() > cpu_limit:
+            if meter.used() - spent > cpu_limit:
                 return None, f"stopped: the process running your code {cpu_time.cpu_limit_message(cpu_limit)} " \
                              "(endless loop?)", True
         ready, _, _ = select.select([fd], [], [], min(deadline - now, 0.1))
@@ -448,6 +473,14 @@ def frame(record, message):
     return b"".join([_pack(">Q", _len(text)), text, _pack(">Q", _len(body)), body])
 
 
+class Worker:
+    """A forked worker as the supervisor holds it: its pipes, the CPU meter of its processes,
+    and the batch key of the cases it runs."""
+
+    def __init__(self, pid, in_write, out_read, meter, batch):
+        self.pid, self.in_write, self.out_read, self.meter, self.batch = pid, in_write, out_read, meter, batch
+
+
 class Supervisor:
     """Runs the plan's cases in workers and relays their messages (see the module docstring).
     ``store`` holds every input array; ``offsets`` maps a case to its (name, start, length)."""
@@ -455,10 +488,10 @@ class Supervisor:
     def __init__(self, plan, store, offsets):
         self.plan, self.store, self.offsets = plan, store, offsets
         self.handlers = load_handlers(plan)
+        self.kept = None   # the worker of the current batch, waiting for its next case
 
-    def run_worker(self, header, arrays):
-        """(message | None, problem, timed out) of one worker given ``arrays`` (name -> view)."""
-        in_read, in_write = _pipe() if header else (-1, -1)
+    def start_worker(self, with_inputs, batch):
+        in_read, in_write = _pipe() if with_inputs else (-1, -1)
         out_read, out_write = _pipe()
         meter = cpu_time.ChildrenMeter()   # every earlier worker is reaped: from here on, this one's
         pid = _fork()
@@ -468,22 +501,51 @@ class Supervisor:
                     _close(fd)
             worker(self.plan, self.handlers, in_read, out_write)
         _close(out_write)
+        if in_read >= 0:
+            _close(in_read)
+        return Worker(pid, in_write, out_read, meter, batch)
+
+    def end_worker(self, held):
+        """Close the worker's pipes; kill it and everything it started (all of the sandbox but us)."""
+        for fd in (held.in_write, held.out_read):
+            if fd >= 0:
+                _close(fd)
+        kill_workers(held.pid, self.plan.get("kill_all"))
+        if self.kept is held:
+            self.kept = None
+
+    def run_worker(self, header, arrays, batch=""):
+        """(message | None, problem, timed out) of one case given ``arrays`` (name -> view);
+        ``header`` None: only the import. A case with a ``batch`` key runs in the kept worker
+        when that one runs the same batch, else in a new worker, which is kept for the next
+        case while it answers; any other case has a worker of its own."""
+        if self.kept is not None and (not batch or self.kept.batch != batch):
+            self.end_worker(self.kept)
+        held = self.kept or self.start_worker(header is not None, batch)
         try:
+            spent = held.meter.used() if held is self.kept else 0.0
             if header:
-                _close(in_read)
                 header = dict(header, arrays=[[name, _len(view)] for name, view in arrays])
                 text = _dumps(header).encode()
                 size = 8 + _len(text) + sum(_len(view) for _, view in arrays)
                 try:
-                    write_all(in_write, _pack(">Q", size), _pack(">Q", _len(text)), text,
+                    write_all(held.in_write, _pack(">Q", size), _pack(">Q", _len(text)), text,
                               *(view for _, view in arrays))
                 except OSError:
                     pass  # the worker died early: receive() says how
-                _close(in_write)
-            return receive(out_read, pid, meter, self.plan["case_timeout"], self.plan["case_backstop"])
-        finally:
-            _close(out_read)
-            kill_workers(pid, self.plan.get("kill_all"))
+            if not batch and held.in_write >= 0:
+                _close(held.in_write)   # its only case: the worker exits once it has answered
+                held.in_write = -1
+            answer = receive(held.out_read, held.pid, held.meter, self.plan["case_timeout"],
+                             self.plan["case_backstop"], spent)
+        except BaseException:
+            self.end_worker(held)
+            raise
+        if batch and answer[0] is not None:
+            self.kept = held
+        else:
+            self.end_worker(held)
+        return answer
 
     def report(self, record, message):
         write_all(REPORT_FD, frame(record, message))
@@ -506,7 +568,8 @@ class Supervisor:
         for index, _ in enumerate(segments):
             segment = None if segments == [None] else index
             header = {"name": case["name"], "kind": case["kind"], "config": case["config"]}
-            message, problem, timed_out = self.run_worker(header, self.inputs(case, segment) + state)
+            message, problem, timed_out = self.run_worker(header, self.inputs(case, segment) + state,
+                                                          "" if segment is not None else case.get("batch", ""))
             record = {"case": case["name"], "segment": segment}
             if message is None:
                 self.report(dict(record, status="timeout" if timed_out else "error", error=problem), None)
@@ -546,6 +609,8 @@ class Supervisor:
                 troubled[group] = troubled.get(group, 0) + hung
                 if ok:
                     succeeded.add(case["name"])
+        if self.kept is not None:
+            self.end_worker(self.kept)
 
 
 def read_request(fd=0):

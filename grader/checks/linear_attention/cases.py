@@ -4,6 +4,14 @@ Every case exists twice, ``<name>_float64`` and its twin ``<name>_float32`` (the
 with the layer and the input in float32): see the dtype rule in ``grader.checks.compare``.
 Inputs are ordinary (unit-scale projections), so phi(q).z stays far above EPS and every EPS
 convention gives the same outputs to float64 precision.
+
+The ``forward`` cases of the shapes and decays share one worker (``FORWARD_BATCH``, see
+``ProbeCase.batch``): each is judged against values computed from its own inputs (the
+reference, or the computation the checks identified, with one concern put right), its
+float32 twin is given the same arrays, and the step loop it is compared with runs in
+workers of its own. So code that kept the earlier forward cases' inputs can do nothing
+with them that it could not do with its own. The causality pairs, the step runs (segments),
+the state growth and the hybrid model each have a worker of their own.
 """
 from __future__ import annotations
 
@@ -103,14 +111,19 @@ def _layer_inputs(seed: list[int], shape: tuple[int, int, int, int], gamma: str)
     return arrays
 
 
+FORWARD_BATCH = "forward"
+
+
 def _both_dtypes(base: str, kind: str, config: dict, arrays: dict[str, np.ndarray],
-                 fallback_for: list[str] | None = None, cut: Segments | None = None) -> list[ProbeCase]:
+                 fallback_for: list[str] | None = None, cut: Segments | None = None,
+                 batch: str = "") -> list[ProbeCase]:
     """The case and its float32 twin. A twin ``fallback_for`` some float64 cases runs only when
     one of them fails to run: where float32-accurate code is fine in float64 (no comparison
     with a float64 reference), the twin is needed only by code that cannot run in float64."""
     twin = {"only_if_failed": [f"{b}_float64" for b in fallback_for]} if fallback_for else {}
-    return [ProbeCase(f"{base}_float64", kind, {**config, "dtype": "float64"}, arrays, KEEP[kind], cut),
-            ProbeCase(f"{base}_float32", kind, {**config, "dtype": "float32", **twin}, arrays, KEEP[kind], cut)]
+    return [ProbeCase(f"{base}_float64", kind, {**config, "dtype": "float64"}, arrays, KEEP[kind], cut, batch=batch),
+            ProbeCase(f"{base}_float32", kind, {**config, "dtype": "float32", **twin}, arrays, KEEP[kind], cut,
+                      batch=batch)]
 
 
 def probe_cases() -> list[ProbeCase]:
@@ -122,13 +135,14 @@ def probe_cases() -> list[ProbeCase]:
 @cache
 def _probe_cases() -> tuple[ProbeCase, ...]:
     cases: list[ProbeCase] = []
-    for shape_index, shape in enumerate(SHAPES):
-        for gamma in GAMMAS:
-            arrays = _layer_inputs([shape_index, GAMMAS.index(gamma)], shape, gamma)
-            layer = {"embedding_dim": shape[2], "num_heads": shape[3]}
-            for kind in ("forward", "steps"):
+    for kind in ("forward", "steps"):   # the forward cases one after another: they share a worker
+        for shape_index, shape in enumerate(SHAPES):
+            for gamma in GAMMAS:
+                arrays = _layer_inputs([shape_index, GAMMAS.index(gamma)], shape, gamma)
+                layer = {"embedding_dim": shape[2], "num_heads": shape[3]}
                 cases += _both_dtypes(name(kind, shape_index, gamma)[: -len("_float64")], kind, layer, arrays,
-                                      cut=segments(shape[1]) if kind == "steps" else None)
+                                      cut=segments(shape[1]) if kind == "steps" else None,
+                                      batch=FORWARD_BATCH if kind == "forward" else "")
     # Causality: the same weights on an input whose tokens after `cut` are replaced.
     for shape_index in CAUSAL_SHAPES:
         batch, tokens, dim, heads = SHAPES[shape_index]

@@ -7,6 +7,16 @@ expected value: those are computed on the trusted side only (``reference``), fro
 arrays. Cases are grouped by the function under test, so that a function that hangs loses its
 own cases only (the harness gives up on a group after two hangs or crashes).
 
+The cases of one group also share one worker, one after another (``ProbeCase.batch``):
+forking the probe's torch process costs more than most of these calls. What makes that
+safe: every case is judged against values computed on the trusted side from its own
+inputs, and the relations the checks read between cases of one group hold between cases
+given the same arrays (a form's normalized output against its own unnormalized output and
+row sums, on the same q and k; the precision runs, the same numbers in float64 and
+float32). The relations between groups (the two forms of a computation; a capacity curve
+against the one composed from the helpers) are between cases that never share a worker.
+So code that kept an earlier case's inputs has nothing it could not compute from its own.
+
 ``plan()`` gives every case with its ``Spec``: what the checks need to judge it (the function
 under test, the words that name the case in a message, and its parameters).
 """
@@ -86,7 +96,7 @@ def call(symbol: str, *args: dict, output: str = "y", **kwargs: dict) -> dict:
 
 def _case(name: str, calls: list[dict], arrays: dict[str, np.ndarray], keep: tuple[str, ...], group: str,
           dtype: str = "float64") -> ProbeCase:
-    return ProbeCase(name, "call", {"dtype": dtype, "calls": calls}, arrays, keep, group=group)
+    return ProbeCase(name, "call", {"dtype": dtype, "calls": calls}, arrays, keep, group=group, batch=group)
 
 
 def _rng(*seed: int) -> np.random.Generator:
@@ -382,4 +392,7 @@ def plan() -> dict[str, Spec]:
 
 
 def probe_cases() -> list[ProbeCase]:
-    return [spec.case for spec in plan().values()]
+    """The plan's cases, each group's one after another (a group's cases share a worker)."""
+    cases = [spec.case for spec in plan().values()]
+    groups = list(dict.fromkeys(case.group for case in cases))
+    return sorted(cases, key=lambda case: groups.index(case.group))
