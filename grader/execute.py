@@ -24,14 +24,13 @@ from grader import cells
 from grader.harness import HARNESS_DIR
 from grader.harness.cpu_time import BACKSTOP
 from grader.rubric import Limits
-from grader.sandbox import MemoryShare, Sandbox
+from grader.sandbox import ONE_THREAD_ENV, MemoryShare, Sandbox
 from grader.untrusted import read_bytes, read_json, seconds, vouched_files
 
 MAX_ANSWERS_BYTES = 4 * 2**20
-# Heavy exercise cells read G2C_GRADING and run on a small budget; one thread per kernel keeps
-# parallel workers from fighting over the cores.
-GRADING_ENV = {"G2C_GRADING": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg",
-               "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+# Heavy exercise cells read G2C_GRADING and run on a small budget. The sandbox gives every run
+# one compute thread; said here too for runs outside it (the bench's floor, `grader assign`).
+GRADING_ENV = {"G2C_GRADING": "1", **ONE_THREAD_ENV, "MPLBACKEND": "Agg", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
 MAX_EXECUTED_NOTEBOOK_BYTES = 64 * 2**20
 DRIVER_DONE_LINE = "G2C-DONE"   # the driver's last line on its stdout (see harness/run_notebook.py)
 HARNESS_SCRIPTS = ("run_notebook.py", "cpu_time.py")   # the driver and the CPU meter it imports

@@ -178,6 +178,10 @@ _WATCH_INTERVAL = 0.25  # seconds between two memory checks of the whole sandbox
 _DISK_WATCH_INTERVAL = 1.0  # seconds between two walks of scratch (up to max_files stat calls)
 _CPU_KILL_GRACE = 5  # seconds between SIGXCPU (soft CPU limit) and SIGKILL (hard limit)
 _BWRAP_INSTALL_HINT = "bubblewrap is not installed: apt-get install bubblewrap"
+# One compute thread per process (torch, OpenBLAS, MKL). CPU limits sum over threads, and an
+# idle OpenMP thread spins while it waits for a core: on a busy machine a second thread
+# multiplied a probe case's CPU seconds several times over and cost correct code its items.
+ONE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 # --------------------------------------------------------------------------------------
@@ -711,6 +715,7 @@ def _environment(scratch: Path, tmp: str, env: Mapping[str, str] | None) -> dict
         "XDG_CACHE_HOME": f"{tmp}/cache",
         "IPYTHONDIR": f"{tmp}/ipython",
         "JUPYTER_RUNTIME_DIR": f"{tmp}/jupyter-runtime",
+        **ONE_THREAD_ENV,
     }
     return {**defaults, **(env or {})}
 
