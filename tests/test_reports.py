@@ -153,8 +153,9 @@ def test_review_page_and_queue_carry_the_override_lines_that_settle_them(folder,
 
 def test_a_page_is_redrawn_when_what_it_shows_changes_and_only_then(folder, assignment):
     def drawn() -> dict[str, int]:
-        return {f"{sid}/{name}": (folder / sid / name).stat().st_mtime_ns
-                for sid in ("alice", "bob", "carol") for name in (REPORT_PAGE, REVIEW_PAGE)}
+        return {**{f"{sid}/{name}": (folder / sid / name).stat().st_mtime_ns
+                   for sid in ("alice", "bob", "carol") for name in (REPORT_PAGE, REVIEW_PAGE)},
+                SUMMARY_PAGE: (folder / SUMMARY_PAGE).stat().st_mtime_ns}
 
     def shown_items(sid: str) -> int:
         return page(folder / sid / REPORT_PAGE).count('<span class="state ')
@@ -178,8 +179,8 @@ def test_a_page_is_redrawn_when_what_it_shows_changes_and_only_then(folder, assi
     with redirect_stdout(io.StringIO()):
         assert main(["report", str(folder)]) == 0
     overridden = drawn()
-    assert {name for name in overridden if overridden[name] != released[name]} == {f"bob/{REPORT_PAGE}",
-                                                                                 f"bob/{REVIEW_PAGE}"}
+    assert {name for name in overridden if overridden[name] != released[name]} == {
+        f"bob/{REPORT_PAGE}", f"bob/{REVIEW_PAGE}", SUMMARY_PAGE}   # the summary lists overrides
     assert "jdoe" in page(folder / "bob" / REVIEW_PAGE)
 
 

@@ -38,8 +38,8 @@ import markupsafe
 from grader import cells
 from grader.assignment import Assignment
 from grader.intake import SAFE_ID
-from grader.pipeline import EXECUTED_NOTEBOOK, GRADER_ERRORS
-from grader.report.changes import read_changes
+from grader.pipeline import EXECUTED_NOTEBOOK, GRADER_ERRORS, SCAFFOLD_SOURCE
+from grader.report.changes import CHANGES_FILE, read_changes
 from grader.report.executed import MADE_FROM, page_made_from, write_executed_page
 from grader.report.integrity import similar_groups
 from grader.report.overrides import OVERRIDES_FILE
@@ -166,12 +166,14 @@ def write_pages(out_dir: Path, results: list[GradeResult], release: str = "none"
     if release not in RELEASES:
         raise ValueError(f"release must be one of {sorted(RELEASES)}, not {release!r}")
     pages = []
+    summarized: dict[str, bytes] = {}   # what the summary shows of each submission, gathered on the way
     for result in results:
         folder = out_dir / result.submission_id
         folder.mkdir(parents=True, exist_ok=True)
         executed, executed_note = write_executed_page(folder)   # linked from the TA's page only
         pages += [executed] if executed else []
         context, inputs = None, _page_inputs(folder, result, release, executed_note)
+        summarized[result.submission_id] = hashlib.sha256(inputs + _stat_line(folder / SCAFFOLD_SOURCE)).digest()
         for name, audience, shown in ((REPORT_PAGE, "student", RELEASES[release]),
                                       (REVIEW_PAGE, "ta", None)):
             page = folder / name
@@ -185,9 +187,22 @@ def write_pages(out_dir: Path, results: list[GradeResult], release: str = "none"
                 executed_note=executed_note, **context, **_items_context(result, shown))
             page.write_text(f"<!-- {MADE_FROM} {made_from} -->\n" + html)
     summary = out_dir / SUMMARY_PAGE
-    summary.write_text(_templates.get_template("summary.html.j2").render(**summary_context(out_dir, results)))
+    summary_inputs = _out_dir_inputs(out_dir) + b"".join(summarized[sid] for sid in sorted(summarized))
+    made_from = f"{hashlib.sha256(summary_inputs).hexdigest()} {_page_code_digest()}"
+    if page_made_from(summary) != made_from:   # its plots and the similarity search cost seconds
+        html = _templates.get_template("summary.html.j2").render(**summary_context(out_dir, results))
+        summary.write_text(f"<!-- {MADE_FROM} {made_from} -->\n" + html)
     pages.append(summary)
     return pages
+
+
+def _stat_line(path: Path) -> bytes:
+    """A file as a page's inputs name it: its size and mtime (the grader rewrites what it changes)."""
+    try:
+        found = path.stat()
+        return f"{path.name} {found.st_size} {found.st_mtime_ns}\0".encode()
+    except OSError:
+        return f"{path.name} absent\0".encode()
 
 
 def _page_inputs(folder: Path, result: GradeResult, release: str, executed_note: str) -> bytes:
@@ -197,13 +212,12 @@ def _page_inputs(folder: Path, result: GradeResult, release: str, executed_note:
     record = {k: v for k, v in dataclasses.asdict(result).items() if k != "artifacts"}
     parts = [json.dumps([record, release, executed_note, _assignment_digest(result.assignment)],
                         sort_keys=True, default=str)]
-    for name in (EXECUTED_NOTEBOOK, WRITTEN_INPUTS):
-        try:
-            found = (folder / name).stat()
-            parts.append(f"{name} {found.st_size} {found.st_mtime_ns}")
-        except OSError:
-            parts.append(f"{name} absent")
-    return "\0".join(parts).encode() + b"\0"
+    return (parts[0] + "\0").encode() + b"".join(_stat_line(folder / name) for name in (EXECUTED_NOTEBOOK, WRITTEN_INPUTS))
+
+
+def _out_dir_inputs(out_dir: Path) -> bytes:
+    """The output folder's own files that summary.html shows (score changes, the model's usage)."""
+    return b"".join(_stat_line(out_dir / name) for name in (CHANGES_FILE, USAGE_FILE))
 
 
 @functools.lru_cache(maxsize=8)
