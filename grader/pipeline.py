@@ -30,7 +30,7 @@ from typing import Callable, TypeVar
 
 import nbformat
 
-from grader import __version__, digests
+from grader import __version__, digests, untrusted
 from grader.assignment import Assignment
 from grader.checks import CheckContext, checks_for
 from grader.execute import (MAX_ANSWERS_BYTES, MAX_EXECUTED_NOTEBOOK_BYTES, ExecutionResult, execute_notebook, execution_from_record,
@@ -41,7 +41,7 @@ from grader.probe import MAX_PROBE_OUTPUT_BYTES, ProbeResult, probe_from_record,
 from grader.rubric import Rubric
 from grader.sandbox import MemoryShare, Sandbox
 from grader.score import GradeResult, score_items
-from grader.untrusted import json_object, read_bytes, seconds
+from grader.untrusted import json_object, read_bytes
 from grader.written import WRITTEN_INPUTS, inputs_artifact, screen
 
 
@@ -54,9 +54,6 @@ SCREENING = "screening.json"           # the written stage's grade-time flags, u
 RAW_MAGIC = b"G2C-RAW-1\n"
 MAX_RAW_BYTES = MAX_PROBE_OUTPUT_BYTES + 4 * MAX_ANSWERS_BYTES
 Outcome = TypeVar("Outcome")   # what one sandboxed stage returns
-MAX_STAGES = 10_000          # timed stages a kept run may hold (one per code cell, and a few)
-MAX_STAGE_NAME = 200
-MAX_STAGE_SECONDS = 86_400.0
 
 
 @dataclass
@@ -117,7 +114,7 @@ class KeptRun:
             return None
         execution = header.get("execution") and execution_from_record(header["execution"])
         probe = header.get("probe") and probe_from_record(header["probe"], blobs)
-        stages = _kept_stages(header.get("stages"))
+        stages = untrusted.stages(header.get("stages"), strict=True)
         peak = header.get("peak_memory_mib")
         if (header.get("execution") and execution is None) or (header.get("probe") and probe is None) \
                 or stages is None or not (peak is None or type(peak) in (int, float) and 0 <= peak < math.inf):
@@ -319,22 +316,6 @@ def _retried(stage: str, notes: list[str], run: Callable[[list[str]], Outcome],
                  + (f"stopped again ({again})" if again else "the second run finished within its limits"))
     notes.extend(second_notes)
     return outcome
-
-
-def _kept_stages(value: object) -> list[tuple[str, float]] | None:
-    """A kept run's ``stages`` read back (capped, every entry a [name, seconds] pair), or None."""
-    if not isinstance(value, list) or len(value) > MAX_STAGES:
-        return None
-    stages = []
-    for entry in value:
-        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)
-                and len(entry[0]) <= MAX_STAGE_NAME):
-            return None
-        duration = seconds(entry[1], MAX_STAGE_SECONDS)
-        if duration is None:
-            return None
-        stages.append((entry[0], duration))
-    return stages
 
 
 def _with_package_scaffolds(submission: Submission, master: nbformat.NotebookNode) -> nbformat.NotebookNode:

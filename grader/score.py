@@ -5,6 +5,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from grader import untrusted
 from grader.checks import Verdict
 from grader.load import Submission
 from grader.rubric import WRITTEN_TAG, Question, Rubric
@@ -176,11 +177,8 @@ def _timings_from_json(timings: Any) -> dict[str, Any]:
     """``stages`` and ``peak_memory_mib`` from results.json's ``timings`` (what is not well formed is left out)."""
     if not isinstance(timings, dict):
         return {}
-    listed = timings.get("stages") if isinstance(timings.get("stages"), list) else []
-    stages = [(str(s[0]), float(s[1])) for s in listed
-              if isinstance(s, list) and len(s) == 2 and isinstance(s[1], (int, float))]
     peak = timings.get("peak_memory_mib")
-    return {"stages": stages, "peak_memory_mib": float(peak) if isinstance(peak, (int, float)) else None}
+    return {"stages": untrusted.stages(timings.get("stages"), strict=False), "peak_memory_mib": float(peak) if isinstance(peak, (int, float)) else None}
 
 
 def _override_note(override: dict[str, Any] | None) -> str:

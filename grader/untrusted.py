@@ -102,6 +102,29 @@ def vouched_files(stdout: str) -> dict[str, str]:
     return found
 
 
+MAX_STAGES = 10_000          # timed stages a run may record (one per code cell, and a few)
+MAX_STAGE_NAME = 200
+MAX_STAGE_SECONDS = 86_400.0
+
+
+def stages(value: Any, strict: bool) -> list[tuple[str, float]] | None:
+    """Timed stages read back as ``(name, seconds)`` pairs from a list of ``[name, seconds]``
+    (names capped, seconds as :func:`seconds` reads them, at most ``MAX_STAGES``). ``strict``:
+    None when the list or any entry is not well formed (a kept run is then not trusted);
+    otherwise what is not well formed is left out (results.json only shows them)."""
+    if not isinstance(value, list) or len(value) > MAX_STAGES:
+        return None if strict else []
+    found = []
+    for entry in value:
+        duration = seconds(entry[1], MAX_STAGE_SECONDS) if isinstance(entry, list) and len(entry) == 2 else None
+        if duration is None or not isinstance(entry[0], str) or len(entry[0]) > MAX_STAGE_NAME:
+            if strict:
+                return None
+            continue
+        found.append((entry[0], duration))
+    return found
+
+
 def seconds(value: Any, limit: float) -> float | None:
     """A duration reported from inside a sandbox, as a number of seconds in ``[0, limit]``
     rounded to milliseconds, or None when it is not a finite number (a bool is not one)."""

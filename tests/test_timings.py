@@ -15,6 +15,7 @@ from pathlib import Path
 import nbformat
 import numpy as np
 
+from grader import untrusted
 from grader.cli import main
 from grader.execute import DRIVER_DONE_LINE, execute_notebook
 from grader.pipeline import EXECUTED_NOTEBOOK, KeptRun
@@ -164,3 +165,13 @@ def test_kept_stages_are_read_back_with_caps():
     for peak in ("812", float("nan"), -1.0, True):
         packed = KeptRun(None, None, None, None, [], True, stages=stages, peak_memory_mib=peak).pack("k")
         assert KeptRun.unpack(packed, "k") is None, peak
+
+
+def test_stages_in_results_json_keep_what_is_well_formed_and_a_kept_run_nothing_less():
+    listed = [["sandbox_start", 0.4], ["bad seconds", "1"], [7, 1.0], ["negative", -2], ["x" * 201, 1.0],
+              ["code cell 1 (In[1])", 1.25]]
+    assert untrusted.stages(listed, strict=False) == [("sandbox_start", 0.4), ("negative", 0.0),
+                                                      ("code cell 1 (In[1])", 1.25)]
+    assert untrusted.stages(listed, strict=True) is None
+    assert untrusted.stages({"not": "a list"}, strict=False) == []
+    assert untrusted.stages([["a", 1.0]] * 10_001, strict=False) == []
