@@ -20,6 +20,7 @@ from grader.cli import main
 from grader.execute import DRIVER_DONE_LINE, execute_notebook
 from grader.pipeline import EXECUTED_NOTEBOOK, KeptRun
 from grader.probe import ProbeCase, run_probe
+from grader.score import GradeResult, ItemResult, result_from_json
 from grader.report.pages import REPORT_PAGE, REVIEW_PAGE
 from grader.sandbox import MemoryShare, SandboxResult
 
@@ -175,3 +176,12 @@ def test_stages_in_results_json_keep_what_is_well_formed_and_a_kept_run_nothing_
     assert untrusted.stages(listed, strict=True) is None
     assert untrusted.stages({"not": "a list"}, strict=False) == []
     assert untrusted.stages([["a", 1.0]] * 10_001, strict=False) == []
+
+
+def test_a_result_read_back_from_results_json_writes_the_same_results_json():
+    """Else the first regrade after a grading finds every page's inputs changed and redraws them
+    all: the top-level execution_time is rounded to 1/100 s, timings.wall_s to 1/1000 s."""
+    fresh = GradeResult("s", "a", "v", "0" * 64, [ItemResult("x", "X", 1.0, 1.0, "passed", "ok", [])],
+                        execution_time=3.30549, stages=[("sandbox_start", 0.25)], peak_memory_mib=100.0)
+    written = fresh.to_json()
+    assert result_from_json(json.loads(json.dumps(written))).to_json() == written

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ast
 import atexit
-import dataclasses
 import functools
 import hashlib
 import io
@@ -209,10 +208,11 @@ def _page_inputs(folder: Path, result: GradeResult, release: str, executed_note:
     """What a submission's two pages are drawn from, but for their audience: the result, the
     release state, the folder's files the pages read and the assignment's files. With the
     audience, digested, and the digest of the code that draws them, it makes a page's first line."""
-    record = {k: v for k, v in dataclasses.asdict(result).items() if k != "artifacts"}
-    parts = [json.dumps([record, release, executed_note, _assignment_digest(result.assignment)],
-                        sort_keys=True, default=str)]
-    return (parts[0] + "\0").encode() + b"".join(_stat_line(folder / name) for name in (EXECUTED_NOTEBOOK, WRITTEN_INPUTS))
+    # As results.json holds it: a result read back from there makes the same inputs as the one
+    # just graded (whose execution time is not rounded yet), so the next run redraws nothing.
+    shown = json.dumps([result.to_json(), release, executed_note, _assignment_digest(result.assignment)],
+                       sort_keys=True, default=str)
+    return f"{shown}\0".encode() + b"".join(_stat_line(folder / name) for name in (EXECUTED_NOTEBOOK, WRITTEN_INPUTS))
 
 
 def _out_dir_inputs(out_dir: Path) -> bytes:
