@@ -54,6 +54,7 @@ from grader.assignment import Assignment
 from grader.intake import SubmissionPath, submission_files, submission_sha256
 from grader.load import package_files
 from grader.pipeline import GRADER_ERROR_NOTE, GRADER_ERRORS, KeptRun, SubmissionGrader
+from grader.report.executed import page_artifact
 from grader.report.results import RESULTS_FILE, write_result
 from grader.report.terminal import RunProgress
 from grader.rubric import Rubric
@@ -138,13 +139,19 @@ def stopped_by_sigterm() -> Iterator[None]:
 
 
 def graded(grader: SubmissionGrader, submission: SubmissionPath, kept: KeptRun | None = None) -> GradeResult:
-    """Grade (or, with ``kept``, regrade from its raw outputs); the coordinator writes the result."""
+    """Grade (or, with ``kept``, regrade from its raw outputs); the coordinator writes the result.
+    A run that executed also brings its executed.html (a kept run's page is already written)."""
     try:
         result = grader.grade(submission.path, submission.submission_id, submission.folder, kept)
         result.notes[:0] = submission.notes
         result.submitted_as = submission.original
     except Exception:  # a grader bug must not take the batch down; the traceback is kept
-        result = grader_error_result(submission, grader.rubric, "please report it", traceback.format_exc())
+        return grader_error_result(submission, grader.rubric, "please report it", traceback.format_exc())
+    if kept is None:
+        try:
+            result.artifacts.update(page_artifact(result.artifacts, result.submission_id))
+        except Exception:  # noqa: BLE001  the pages make it again, or say why they cannot
+            pass
     return result
 
 

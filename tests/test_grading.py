@@ -15,6 +15,7 @@ import yaml
 from grader.batch import grade_batch
 from grader.intake import discover
 from grader.cli import main
+from grader.report.executed import EXECUTED_PAGE, write_executed_page
 from grader.report.overrides import APPLIED_FILE
 from grader.rubric import RubricError, load_rubric
 from grader.validate import validate
@@ -99,6 +100,19 @@ def test_executed_notebook_is_kept_for_tas(batch):
     _, out, _ = batch
     executed = nbformat.read(str(out / "raises" / "executed.ipynb"), as_version=4)
     assert any(o.get("ename") == "RuntimeError" for c in executed.cells for o in c.get("outputs", []))
+
+
+def test_the_worker_that_ran_a_notebook_renders_its_page_for_tas(batch):
+    """executed.html comes with the result (written before results.json, as its artifacts are),
+    rendered by the worker that graded the submission; the pages find it current and keep it."""
+    _, out, _ = batch
+    for sid in ("raises", "warns", "untouched"):
+        page = out / sid / EXECUTED_PAGE
+        drawn = page.stat().st_mtime_ns
+        assert drawn <= (out / sid / "results.json").stat().st_mtime_ns
+        assert write_executed_page(out / sid) == (page, "")
+        assert page.stat().st_mtime_ns == drawn
+    assert "student bug in a cell" in (out / "raises" / EXECUTED_PAGE).read_text()
 
 
 def test_gradebook_has_one_row_per_submission_and_a_column_per_item(batch, assignment):

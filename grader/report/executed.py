@@ -90,12 +90,33 @@ def write_executed_page(folder: Path) -> tuple[Path | None, str]:
         if why == "too large":
             why = f"over the {MAX_EXECUTED_NOTEBOOK_BYTES // 2**20} MiB limit"
         return None, f"{EXECUTED_NOTEBOOK} is {why}"
+    text, why = executed_page(data, folder.name)
+    if text is None:
+        return None, why
+    page.write_text(text, encoding="utf-8")
+    return page, ""
+
+
+def executed_page(data: bytes, submission_id: str) -> tuple[str | None, str]:
+    """The whole executed.html for an executed notebook's bytes, first line included: (the
+    page, "") or (None, why there is none)."""
     try:
-        text = render_executed(data, folder.name)
+        text = render_executed(data, submission_id)
     except ValueError as exc:
         return None, f"{EXECUTED_NOTEBOOK} not shown: {exc}"
-    page.write_text(f"<!-- {MADE_FROM} {made_from} -->\n" + text, encoding="utf-8")
-    return page, ""
+    return f"<!-- {MADE_FROM} {_made_from(data)} -->\n" + text, ""
+
+
+def page_artifact(artifacts: dict[str, bytes], submission_id: str) -> dict[str, bytes]:
+    """executed.html for the executed notebook among a result's artifacts, to be written beside
+    it ({} when there is none or it cannot be shown: ``write_executed_page`` then says why).
+    The worker that graded the submission makes it, so that a class's notebooks are rendered
+    in parallel, not one after another by the coordinator once all are graded."""
+    data = artifacts.get(EXECUTED_NOTEBOOK)
+    if data is None or len(data) > MAX_EXECUTED_NOTEBOOK_BYTES:
+        return {}
+    text, _ = executed_page(data, submission_id)
+    return {EXECUTED_PAGE: text.encode("utf-8")} if text is not None else {}
 
 
 MADE_FROM = "g2c-made-from"   # the first line of a page: what it was rendered from, and by what
