@@ -284,7 +284,9 @@ class Bench:
                                      f"{found.group(0) if found else 'no reuse line'}")
             return graded.seconds
 
-        samples = alternate({"small": lambda: regrade("small"), "large": lambda: regrade("large")}, self.sizes.repeats)
+        # A second each: 3 rounds even in --quick, where one pair of runs was mostly noise.
+        samples = alternate({"small": lambda: regrade("small"), "large": lambda: regrade("large")},
+                            max(self.sizes.repeats, 3))
         small_n, large_n = sets["small"][2], sets["large"][2]
         self.figure(Figure(f"unchanged regrade, per submission ({small_n} -> {large_n})",
                            slope_ms(samples["small"], samples["large"], small_n, large_n), "ms", Target("<", 10.0),
