@@ -47,11 +47,8 @@ $(BROWSER): $(STAMP)
 	npm install --silent --no-audit --no-fund --prefix $(VENV) $(AXE_CORE)
 	touch $(BROWSER)
 
-# Two test files at a time (pytest-xdist, a file's tests together so that its module fixtures,
-# the real batches, are graded once): the suite waits on browsers, sleeps and servers as much as
-# it computes. `$(BIN)/python -m pytest` alone still runs it in one process.
 test: $(STAMP) $(BROWSER)
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
+	$(BIN)/python -m pytest -q --durations=25
 
 grade: $(STAMP)
 ifeq ($(SUBMISSIONS),)

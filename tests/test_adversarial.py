@@ -36,6 +36,7 @@ from grader.batch import BatchOutcome, grade_batch
 from grader.intake import discover
 from grader.cli import make_sandbox
 from grader.pipeline import EXECUTED_NOTEBOOK, GRADER_ERRORS, RAW_OUTPUTS, SCAFFOLD_SOURCE, SCREENING
+from grader.report.executed import EXECUTED_PAGE
 from grader.report.results import RESULTS_FILE
 from grader.sandbox import SANDBOX_UID_BASE, SANDBOX_UID_SLOTS
 from grader.written import WRITTEN_INPUTS
@@ -53,7 +54,8 @@ STEP_ITEMS = ("equivalence", "alignment", "decay_recurrent", "decay_per_head", "
               "state_resume")
 FORWARD_ITEMS = ("scaffold_present", "normalization", "causality", "decay_parallel", "hybrid_lm")
 # What the grader itself writes beside each results.json.
-OWN_FILES = {RESULTS_FILE, EXECUTED_NOTEBOOK, WRITTEN_INPUTS, GRADER_ERRORS, SCAFFOLD_SOURCE, RAW_OUTPUTS, SCREENING}
+OWN_FILES = {RESULTS_FILE, EXECUTED_NOTEBOOK, EXECUTED_PAGE, WRITTEN_INPUTS, GRADER_ERRORS, SCAFFOLD_SOURCE, RAW_OUTPUTS,
+             SCREENING}
 
 
 # ----------------------------------------------------------------------------- fixtures
