@@ -163,7 +163,7 @@ def result_from_json(data: dict[str, Any]) -> GradeResult:
     notes = [] if data.get("output") == "Graded." else str(data.get("output", "")).splitlines()
     top = data.get("extra_data") or {}
     return GradeResult(data["submission_id"], data["assignment"], data["grader_version"],
-                       data["submission_sha256"], items, notes, _execution_time(data),
+                       data["submission_sha256"], items, notes, _execution_time(data, top),
                        data.get("cache_key", ""), isolation=str(top.get("isolation", "")),
                        sources=top["sources"] if isinstance(top.get("sources"), dict) else {},
                        grader_errors=[str(e) for e in top.get("grader_errors") or []],
@@ -173,11 +173,12 @@ def result_from_json(data: dict[str, Any]) -> GradeResult:
                        **_timings_from_json(top.get("timings")))
 
 
-def _execution_time(data: dict[str, Any]) -> float:
-    """The grading time: ``timings.wall_s`` where results.json has it (to the millisecond, as it
-    was written; the top-level ``execution_time`` is rounded to 1/100 s, so reading that one
-    would give a result that writes a different results.json), else ``execution_time``."""
-    timings = (data.get("extra_data") or {}).get("timings")
+def _execution_time(data: dict[str, Any], top: dict[str, Any]) -> float:
+    """The grading time: ``timings.wall_s`` of the top-level ``extra_data`` (``top``) where
+    results.json has it (to the millisecond, as it was written; the top-level ``execution_time``
+    is rounded to 1/100 s, so reading that one would give a result that writes a different
+    results.json), else ``execution_time``."""
+    timings = top.get("timings")
     wall = timings.get("wall_s") if isinstance(timings, dict) else None
     if isinstance(wall, (int, float)) and not isinstance(wall, bool):
         return float(wall)
@@ -189,7 +190,8 @@ def _timings_from_json(timings: Any) -> dict[str, Any]:
     if not isinstance(timings, dict):
         return {}
     peak = timings.get("peak_memory_mib")
-    return {"stages": untrusted.stages(timings.get("stages"), strict=False), "peak_memory_mib": float(peak) if isinstance(peak, (int, float)) else None}
+    return {"stages": untrusted.stages(timings.get("stages"), strict=False),
+            "peak_memory_mib": float(peak) if isinstance(peak, (int, float)) else None}
 
 
 def _override_note(override: dict[str, Any] | None) -> str:
