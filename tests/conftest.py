@@ -13,6 +13,7 @@ import sys
 import sysconfig
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import jsonschema
@@ -26,13 +27,22 @@ from grader.batch import BatchOutcome, grade_batch
 from grader.intake import discover
 from grader.cli import make_sandbox
 from grader.pipeline import SubmissionGrader
-from grader.sandbox import SANDBOX_UID_BASE, SANDBOX_UID_SLOTS, Sandbox
+from grader.sandbox import Sandbox, _UidLease
 
 ROOT = Path(__file__).resolve().parent.parent
 SCAFFOLDS = Path(__file__).parent / "scaffolds"
-#: A sandbox uid no grading run leases while a test uses it (runs take the lowest free).
-PROBE_UID = SANDBOX_UID_BASE + SANDBOX_UID_SLOTS - 1
 PYTHON_VERSION = f"python{sys.version_info.major}.{sys.version_info.minor}"
+
+
+@contextmanager
+def leased_sandbox_uid() -> Iterator[int]:
+    """A sandbox uid for a test's own process, leased as a grading run leases one: while the
+    test runs it, no grader (in this or another test process) takes the uid or sweeps it."""
+    lease = _UidLease()
+    try:
+        yield lease.uid
+    finally:
+        lease.release()
 
 
 @pytest.fixture(scope="session")
@@ -159,8 +169,9 @@ def _reachable_python() -> str:
                   shutil.which(PYTHON_VERSION, path="/usr/local/bin:/usr/bin") or ""]
     for candidate in filter(None, candidates):
         try:
-            subprocess.run([candidate, "-c", "pass"], capture_output=True, check=True, user=PROBE_UID,
-                           group=PROBE_UID, extra_groups=[], cwd="/")
+            with leased_sandbox_uid() as uid:
+                subprocess.run([candidate, "-c", "pass"], capture_output=True, check=True, user=uid,
+                               group=uid, extra_groups=[], cwd="/")
             return candidate
         except (OSError, subprocess.CalledProcessError):
             continue

@@ -38,7 +38,7 @@ from grader.cli import main as grader_main
 from grader.gradescope import OUT_FOLDER
 from grader.intake import find_submission
 
-from conftest import PROBE_UID, ROOT as REPO, gradescope_valid, venv_for_other_users
+from conftest import ROOT as REPO, gradescope_valid, leased_sandbox_uid, venv_for_other_users
 
 BASH = shutil.which("bash") or "/bin/bash"
 PYTHON_VERSION = f"python{sys.version_info.major}.{sys.version_info.minor}"
@@ -47,7 +47,7 @@ METADATA = {"id": 4242, "created_at": "2025-01-01T12:00:00.000000-08:00",
             "assignment": {"id": 77, "title": "Linear attention", "total_points": "106.0"},
             "submission_method": "upload", "users": [{**STUDENT, "id": 1}], "previous_submissions": []}
 
-# Run as PROBE_UID: tries to open every path of stdin (a JSON list), then imports torch.
+# Run as a sandbox uid: tries to open every path of stdin (a JSON list), then imports torch.
 READ_PROBE = """\
 import json, sys
 opened, other_errors = [], []
@@ -107,9 +107,10 @@ class Autograder:
 
     def read_as_sandbox_user(self, paths: list[str]) -> dict:
         """READ_PROBE as a sandbox uid, a real process without any capability."""
-        proc = subprocess.run([str(self.python), "-c", READ_PROBE], input=json.dumps(paths), capture_output=True,
-                              text=True, timeout=120, cwd="/", user=PROBE_UID, group=PROBE_UID, extra_groups=[],
-                              env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"})
+        with leased_sandbox_uid() as uid:
+            proc = subprocess.run([str(self.python), "-c", READ_PROBE], input=json.dumps(paths), capture_output=True,
+                                  text=True, timeout=120, cwd="/", user=uid, group=uid, extra_groups=[],
+                                  env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"})
         assert proc.returncode == 0, proc.stderr
         return json.loads(proc.stdout)
 

@@ -365,8 +365,10 @@ def test_a_bubblewrap_run_gives_scratch_back_before_its_uid_is_free(tmp_path):
 
 
 def _as_free_sandbox_uid() -> subprocess.Popen:
-    """A process of a sandbox uid that no run holds (the lease taken for the pick, then released)."""
-    lease = _UidLease()
+    """A process of a sandbox uid that no run holds (its lease taken for the pick, then released).
+    The highest free slot: a grading run in another test process takes the lowest free one, and
+    would kill the process as it took the uid."""
+    lease = next(filter(None, map(_UidLease.of_slot, reversed(range(SANDBOX_UID_SLOTS)))))
     uid = lease.uid
     lease.release()
     return subprocess.Popen([shutil.which("sleep") or "/bin/sleep", "60"], user=uid, group=uid, extra_groups=[],
