@@ -19,6 +19,12 @@ class Assignment:
     name: str
     root: Path = PROJECT_ROOT
 
+    def __getstate__(self) -> dict[str, object]:
+        """Name and root only: a process that receives an assignment (a pool worker, in the
+        message that starts it) reads its files again. The notebooks it would carry otherwise
+        fill the pipe, and starting a worker would wait until the worker had read them."""
+        return {"name": self.name, "root": self.root}
+
     @property
     def master_path(self) -> Path:
         return self.root / "solutions" / self.name / f"{self.name}.ipynb"

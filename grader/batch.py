@@ -1,6 +1,6 @@
 """Grade a folder of submissions: discovery, parallel workers, resume, progress.
 
-Submissions are graded on a local pool of worker processes (:func:`_run_pool`, the default) or
+Submissions are graded on a local pool of worker processes (:class:`WorkerPool`, the default) or
 on a Dask cluster (:func:`dask_executor`, ``grader grade --executor dask``, in
 :mod:`grader.dask_executor`); both write each result as it arrives, through
 :func:`record_arrival`.
@@ -224,18 +224,66 @@ Executor = Callable[[list[SubmissionPath], Assignment, Sandbox, Rubric, Path, in
 
 def grade_batch(submissions: list[SubmissionPath], assignment: Assignment, sandbox: Sandbox,
                 rubric: Rubric, out_dir: Path, workers: int,
-                progress: TextIO = sys.stderr, executor: Executor | None = None) -> BatchOutcome:
+                progress: TextIO = sys.stderr, executor: Executor | None = None,
+                meanwhile: Callable[[], object] | None = None) -> BatchOutcome:
     """Grade everything not already graded with the current cache key; returns all results.
-    What runs goes to ``executor`` (default: the local process pool, :func:`_run_pool`).
+    What runs goes to ``executor`` (default: the local process pool, :class:`WorkerPool`);
+    ``meanwhile`` (what the caller needs next, such as an import) is called in a thread while
+    it runs, and has returned when this does.
     Raises :class:`BatchInterrupted` after SIGINT or SIGTERM, once nothing is left running, and
     :class:`BatchError` when the executor cannot go on."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    grader = SubmissionGrader(assignment, sandbox, rubric)
-    declared = package_files(assignment.template)
+    # A first grading starts the pool's workers at once, so that their start (seconds: torch, the
+    # checks) overlaps the coordinator's own below; a regrade decides first, as it may run nothing.
+    runnable = [s for s in submissions if not s.problem]
+    new = sum(1 for s in runnable if not (out_dir / s.submission_id / RESULTS_FILE).exists())
+    pool = WorkerPool(assignment, sandbox, rubric, min(workers, len(runnable))) if executor is None and new else None
+    helper: threading.Thread | None = None
+    try:
+        if pool is not None:
+            pool.start(min(workers, new))
+        grader = SubmissionGrader(assignment, sandbox, rubric)
+        results, regrade, todo = _triage(submissions, grader, out_dir)
+        reused = len(results)
+        if reused:
+            progress.write(f"{reused} of {len(submissions)} submissions already graded (unchanged); skipping them\n")
+        if regrade:
+            progress.write(f"{len(regrade)} submissions regraded from their kept runs (the checks or the rubric "
+                           "changed, not what runs); nothing executed for them\n")
+        try:
+            with signal_handlers(SIGTERM=_raise_terminated), RunProgress(progress, "grading", len(submissions),
+                                                                  reused + len(regrade)) as bar:
+                for submission, kept in regrade:
+                    _keep(graded(grader, submission, kept), out_dir, results)
+                if todo and meanwhile is not None:
+                    helper = threading.Thread(target=meanwhile, name="meanwhile")
+                    helper.start()
+                if todo and pool is not None:
+                    pool.run(todo, out_dir, results, bar)
+                elif todo:
+                    (executor or _run_pool)(todo, assignment, sandbox, rubric, out_dir, workers, results, bar)
+        except (KeyboardInterrupt, _Terminated) as exc:
+            signum = signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT
+            raise BatchInterrupted(signum, len(results), len(submissions)) from None
+    finally:
+        if pool is not None:
+            pool.close()
+        if helper is not None:
+            helper.join()
+    internal = sum(1 for r in results if r.grader_errors)
+    return BatchOutcome(results, reused, internal, len(regrade))
+
+
+def _triage(submissions: list[SubmissionPath], grader: SubmissionGrader, out_dir: Path
+            ) -> tuple[list[GradeResult], list[tuple[SubmissionPath, KeptRun]], list[SubmissionPath]]:
+    """(the results that stand: unreadable submissions', written now, and unchanged ones'; the
+    submissions to regrade from their kept runs; those to run)."""
+    rubric = grader.rubric
+    declared = package_files(grader.assignment.template)
     max_bytes = int(rubric.limits.notebook_max_mib * 2**20)
     results: list[GradeResult] = []
-    todo: list[SubmissionPath] = []
     regrade: list[tuple[SubmissionPath, KeptRun]] = []
+    todo: list[SubmissionPath] = []
     for submission in submissions:
         if submission.problem:
             result = unreadable_result(submission, rubric, submission.problem)
@@ -251,24 +299,7 @@ def grade_batch(submissions: list[SubmissionPath], assignment: Assignment, sandb
             regrade.append((submission, kept))
         else:
             todo.append(submission)
-    reused = len(results)
-    if reused:
-        progress.write(f"{reused} of {len(submissions)} submissions already graded (unchanged); skipping them\n")
-    if regrade:
-        progress.write(f"{len(regrade)} submissions regraded from their kept runs (the checks or the rubric "
-                       "changed, not what runs); nothing executed for them\n")
-    try:
-        with signal_handlers(SIGTERM=_raise_terminated), RunProgress(progress, "grading", len(submissions),
-                                                              reused + len(regrade)) as bar:
-            for submission, kept in regrade:
-                _keep(graded(grader, submission, kept), out_dir, results)
-            if todo:
-                (executor or _run_pool)(todo, assignment, sandbox, rubric, out_dir, workers, results, bar)
-    except (KeyboardInterrupt, _Terminated) as exc:
-        signum = signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT
-        raise BatchInterrupted(signum, len(results), len(submissions)) from None
-    internal = sum(1 for r in results if r.grader_errors)
-    return BatchOutcome(results, reused, internal, len(regrade))
+    return results, regrade, todo
 
 
 def _keep(result: GradeResult, out_dir: Path, results: list[GradeResult]) -> None:
@@ -301,33 +332,69 @@ def _run_pool(todo: list[SubmissionPath], assignment: Assignment, sandbox: Sandb
               out_dir: Path, workers: int, results: list[GradeResult], bar: RunProgress) -> None:
     """Grade ``todo`` on a pool of worker processes, writing and appending each result as it
     arrives. However this ends (an interrupt, an error), no worker or sandbox is left running."""
-    guard = Guard()
-    # spawn, not fork: a forked child of a process whose torch thread pool is running deadlocks.
-    pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(todo))), initializer=_init_worker,
-                               initargs=(assignment, sandbox, rubric, os.getpid()),
-                               mp_context=multiprocessing.get_context("spawn"))
-    finished = False
+    pool = WorkerPool(assignment, sandbox, rubric, min(workers, len(todo)))
     try:
-        pending: dict[Future, SubmissionPath] = {pool.submit(_grade_in_worker, s): s for s in todo}
-        # The submits above started every worker (the pool has no public list of them).
-        for process in list(pool._processes.values()):
-            guard.watch(process.pid)
+        pool.run(todo, out_dir, results, bar)
+    finally:
+        pool.close()
+
+
+class WorkerPool:
+    """The local pool: spawned worker processes, each with its own ``SubmissionGrader``, and the
+    :class:`Guard` that stops them and their sandboxes with the coordinator. A worker starts when
+    work is sent to it, or at :meth:`start`."""
+
+    def __init__(self, assignment: Assignment, sandbox: Sandbox, rubric: Rubric, max_workers: int) -> None:
+        self.guard = Guard()
+        # spawn, not fork: a forked child of a process whose torch thread pool is running deadlocks.
+        self.executor = ProcessPoolExecutor(max_workers=max(1, max_workers), initializer=_init_worker,
+                                            initargs=(assignment, sandbox, rubric, os.getpid()),
+                                            mp_context=multiprocessing.get_context("spawn"))
+        self.finished = True   # nothing sent yet: nothing to stop but the workers
+        self._watched: set[int] = set()
+
+    def start(self, count: int) -> None:
+        """Start ``count`` workers now: each imports torch and the checks (seconds), which then
+        overlaps the coordinator's own work before it sends any."""
+        for _ in range(count):
+            self.executor.submit(_started)
+        self._watch()
+
+    def run(self, todo: list[SubmissionPath], out_dir: Path, results: list[GradeResult], bar: RunProgress) -> None:
+        """Grade ``todo``, writing and appending each result as it arrives."""
+        self.finished = False
+        pending: dict[Future, SubmissionPath] = {self.executor.submit(_grade_in_worker, s): s for s in todo}
+        self._watch()
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
                 pending.pop(future)
                 record_arrival(future.result(), out_dir, results, bar)
-        finished = True
-    finally:
+        self.finished = True
+
+    def _watch(self) -> None:
+        # Submitting starts the workers it needs (the executor has no public list of them).
+        for pid in list(self.executor._processes):
+            if pid not in self._watched:
+                self.guard.watch(pid)
+                self._watched.add(pid)
+
+    def close(self) -> None:
+        """Stop the pool: once its workers are idle when every run it was sent finished, else at
+        once, and the orphans of its sandboxes' uids swept."""
         # A second Ctrl-C must not cut the cleanup short (kill -9 still can: the guard finishes it).
         with signal_handlers(SIGINT=signal.SIG_IGN, SIGTERM=signal.SIG_IGN):
-            if finished:
-                pool.shutdown(wait=True)
-                guard.close(clean=True)
+            if self.finished:
+                self.executor.shutdown(wait=True)
+                self.guard.close(clean=True)
             else:
-                pool.shutdown(wait=False, cancel_futures=True)
-                guard.close()   # the workers: SIGTERM, SIGKILL after a grace; then the sandboxes' orphans
-                pool.shutdown(wait=True)
+                self.executor.shutdown(wait=False, cancel_futures=True)
+                self.guard.close()   # the workers: SIGTERM, SIGKILL after a grace; then the sandboxes' orphans
+                self.executor.shutdown(wait=True)
+
+
+def _started() -> None:
+    """The task that starts a worker (its initializer does the work)."""
 
 
 def _previous_result(out_dir: Path, submission_id: str) -> GradeResult | None:

@@ -4,6 +4,7 @@ student code. In process: the bench's small assignment (bench/) with its referen
 one-bug mutant, probed by the harness's own code (tests/probe_in_process.py)."""
 from __future__ import annotations
 
+import pickle
 import shutil
 from pathlib import Path
 
@@ -103,3 +104,17 @@ def test_the_committed_small_student_files_match_a_fresh_assign(tmp_path):
                                            tmp_path / f"{NAME}.ipynb")
     assert notebook.read_bytes() == (committed / notebook.name).read_bytes(), "run grader assign on bench's master"
     assert script.read_bytes() == (committed / script.name).read_bytes(), "run grader assign on bench's master"
+
+
+def test_an_assignment_reaches_a_pool_worker_as_its_name_and_root(tmp_path):
+    """A pool worker gets the assignment in the message that starts it. What was read of its
+    files stays behind: a message over the pipe's 64 KiB would hold the coordinator until the
+    worker, still importing, read it. The worker reads the same files again."""
+    assignment = Assignment(NAME, _copy_root(tmp_path))
+    read = (assignment.master, assignment.template, assignment.rubric, assignment.fingerprint)
+    sent = pickle.dumps(assignment)
+    assert len(sent) < 1024
+    received = pickle.loads(sent)
+    assert (received.name, received.root) == (NAME, tmp_path)
+    assert not {"master", "template", "rubric", "reference_answers"} & set(vars(received))
+    assert (received.master, received.template, received.rubric, received.fingerprint) == read
