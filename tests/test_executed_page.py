@@ -78,6 +78,9 @@ def hostile_notebook() -> nbformat.NotebookNode:
         new_code_cell("boom()", execution_count=4, outputs=[
             new_output("error", ename="NameError", evalue="name 'boom' is not defined",
                        traceback=["\x1b[0;31mNameError\x1b[0m: name 'boom' is not defined <script>x</script>"])]),
+        # code is escaped by the highlighter alone
+        new_code_cell(f"</pre></div><script>{hijack.format('source')}</script>\n"
+                      f"<img src=x onerror=\"{hijack.format('source-onerror')}\">", execution_count=5),
         new_raw_cell(f"<script>{hijack.format('raw')}</script>", metadata={"raw_mimetype": "text/html"}),
     ]
     return notebook
