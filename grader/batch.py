@@ -224,12 +224,9 @@ Executor = Callable[[list[SubmissionPath], Assignment, Sandbox, Rubric, Path, in
 
 def grade_batch(submissions: list[SubmissionPath], assignment: Assignment, sandbox: Sandbox,
                 rubric: Rubric, out_dir: Path, workers: int,
-                progress: TextIO = sys.stderr, executor: Executor | None = None,
-                meanwhile: Callable[[], object] | None = None) -> BatchOutcome:
+                progress: TextIO = sys.stderr, executor: Executor | None = None) -> BatchOutcome:
     """Grade everything not already graded with the current cache key; returns all results.
-    What runs goes to ``executor`` (default: the local process pool, :class:`WorkerPool`);
-    ``meanwhile`` (what the caller needs next, such as an import) is called in a thread while
-    it runs, and has returned when this does.
+    What runs goes to ``executor`` (default: the local process pool, :class:`WorkerPool`).
     Raises :class:`BatchInterrupted` after SIGINT or SIGTERM, once nothing is left running, and
     :class:`BatchError` when the executor cannot go on."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -238,7 +235,6 @@ def grade_batch(submissions: list[SubmissionPath], assignment: Assignment, sandb
     runnable = [s for s in submissions if not s.problem]
     new = sum(1 for s in runnable if not (out_dir / s.submission_id / RESULTS_FILE).exists())
     pool = WorkerPool(assignment, sandbox, rubric, min(workers, len(runnable))) if executor is None and new else None
-    helper: threading.Thread | None = None
     try:
         if pool is not None:
             pool.start(min(workers, new))
@@ -255,9 +251,6 @@ def grade_batch(submissions: list[SubmissionPath], assignment: Assignment, sandb
                                                                   reused + len(regrade)) as bar:
                 for submission, kept in regrade:
                     _keep(graded(grader, submission, kept), out_dir, results)
-                if todo and meanwhile is not None:
-                    helper = threading.Thread(target=meanwhile, name="meanwhile")
-                    helper.start()
                 if todo and pool is not None:
                     pool.run(todo, out_dir, results, bar)
                 elif todo:
@@ -268,8 +261,6 @@ def grade_batch(submissions: list[SubmissionPath], assignment: Assignment, sandb
     finally:
         if pool is not None:
             pool.close()
-        if helper is not None:
-            helper.join()
     internal = sum(1 for r in results if r.grader_errors)
     return BatchOutcome(results, reused, internal, len(regrade))
 

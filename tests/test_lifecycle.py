@@ -111,7 +111,10 @@ class Run:
         self.release = False
         self.released: set[Path] = set()
         self.log = root / f"{name}.log"
-        env = {**os.environ, "PYTHONPATH": str(root), "TMPDIR": str(root.parent / "tmp")}
+        # As on an instructor's machine: not the MPLCONFIGDIR an earlier test's import of matplotlib
+        # left in this process's environment, so a temporary folder of the coordinator shows here.
+        env = {**{k: v for k, v in os.environ.items() if k != "MPLCONFIGDIR"}, "PYTHONPATH": str(root),
+               "TMPDIR": str(root.parent / "tmp")}
         if isolation == "unprivileged-user":
             env["PATH"] = str(root / "no-unshare")   # neither unshare nor bwrap: no namespaces at all
         command = [python, "-c", "import sys; from grader.cli import main; sys.exit(main())", "grade",

@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import json
 import shutil
-import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -163,23 +162,15 @@ def test_a_tolerance_change_regrades_and_an_execution_change_runs_again(graded, 
     # A tolerance (evaluation only): regraded from the kept outputs.
     loose = replace(assignment.rubric, tolerances={**assignment.rubric.tolerances,
                                                    "hybrid_gradient_floor": assignment.rubric.tolerances["hybrid_gradient_floor"] * 2})
-    meanwhile: list[bool] = []
-
-    def ran_meanwhile() -> None:
-        """What the caller asks to be done while submissions run: in a thread of its own."""
-        meanwhile.append(threading.current_thread() is not threading.main_thread())
-    outcome = grade_batch(discover([folder]), assignment, sandbox, loose, out, workers=2, progress=io.StringIO(),
-                          meanwhile=ran_meanwhile)
-    assert (outcome.reused, outcome.regraded, submitted, meanwhile) == (0, 2, [], [])
+    outcome = grade_batch(discover([folder]), assignment, sandbox, loose, out, workers=2, progress=io.StringIO())
+    assert (outcome.reused, outcome.regraded, submitted) == (0, 2, [])
     assert results(out, "reference")["extra_data"]["digests"]["evaluation"] == \
         SubmissionGrader(assignment, sandbox, loose).digests["evaluation"]
 
     # An execution change (here, a limit; a changed probe case or driver works the same way): run again.
     slower = assignment.rubric.with_limits(cell_timeout_s=assignment.rubric.limits.cell_timeout_s + 1)
-    outcome = grade_batch(discover([folder]), assignment, sandbox, slower, out, workers=2, progress=io.StringIO(),
-                          meanwhile=ran_meanwhile)
+    outcome = grade_batch(discover([folder]), assignment, sandbox, slower, out, workers=2, progress=io.StringIO())
     assert (outcome.reused, outcome.regraded) == (0, 0) and sorted(submitted) == list(IDS)
-    assert meanwhile == [True]
 
     submitted.clear()
     monkeypatch.setattr(digests, "execution_digest", lambda *a, **k: "another execution digest")

@@ -66,12 +66,6 @@ def _matplotlib() -> ModuleType:
     return matplotlib
 
 
-def load_matplotlib() -> None:
-    """Import matplotlib now (about a second, its font list included): ``grader grade`` does it
-    while its workers grade, so that the summary's plots are drawn at once."""
-    _matplotlib()
-
-
 REPORT_PAGE = "report.html"
 RELEASE_FILE = "release.json"   # the folder's release state, kept between runs
 REVIEW_PAGE = "review.html"
