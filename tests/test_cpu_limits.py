@@ -89,20 +89,20 @@ def test_the_sandbox_tells_its_cpu_limit_from_its_backstop(sandbox: Sandbox, tmp
 def test_a_sleeping_cell_reaches_the_backstop_and_is_graded_again_once(assignment, sandbox, tmp_path) -> None:
     """A cell that sleeps past its CPU limit uses no CPU: the backstop stops it, the notebook
     run is retried once, and the result says so. The grading takes both runs' backstops."""
-    rubric = assignment.rubric.with_limits(cell_timeout_s=4, wall_backstop_factor=2)
+    rubric = assignment.rubric.with_limits(cell_timeout_s=2, wall_backstop_factor=1.5)
     notebook = nbformat.v4.new_notebook()
     notebook.cells = [nbformat.v4.new_code_cell("import time\ntime.sleep(600)")]
     path = write_notebook(notebook, tmp_path / "sleeper.ipynb")
     started = time.monotonic()
     result = SubmissionGrader(assignment, sandbox, rubric).grade(path, "sleeper")
-    assert time.monotonic() - started >= 2 * 8
+    assert time.monotonic() - started >= 2 * 3
     retried = [note for note in result.notes if "graded again once" in note]
     assert len(retried) == 1, result.notes
     assert re.fullmatch(r"the notebook run was stopped by a wall-clock backstop \(code cell \d+ .*: CellTimeoutError: "
-                        r"the cell was stopped by the wall-clock backstop after 8 s \(sleeping or waiting\?\)\); "
+                        r"the cell was stopped by the wall-clock backstop after 3 s \(sleeping or waiting\?\)\); "
                         r"graded again once: stopped again \(.*\)", retried[0]), retried[0]
     runs = items_by_id(result.to_json())["notebook_runs"]
-    assert "wall-clock backstop after 8 s" in runs["output"] and "CPU seconds" not in runs["output"]
+    assert "wall-clock backstop after 3 s" in runs["output"] and "CPU seconds" not in runs["output"]
 
 
 @pytest.mark.parametrize("factor", [0.5, "five", True])

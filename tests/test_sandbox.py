@@ -214,22 +214,27 @@ def test_memory_of_many_processes_together_is_limited(tmp_path: Path) -> None:
 
 
 def test_runs_sharing_memory_are_limited_together_and_the_one_holding_most_is_stopped(tmp_path: Path) -> None:
-    """One submission's notebook and probe run at once: each under the limit, together over it."""
+    """One submission's notebook and probe run at once: each under the limit, together over it.
+    Each holds its memory until the file ``release`` appears in its scratch (or for 100 s); the
+    small one is released once the large one's run has ended."""
     box, share = Sandbox(Limits(memory_bytes=2**30)), MemoryShare()
     results: dict[str, SandboxResult] = {}
 
-    def hold(name: str, mib: int, seconds: int) -> None:
+    def hold(name: str, mib: int) -> None:
         scratch = tmp_path / name
         scratch.mkdir()
-        (scratch / "hold.py").write_text(f"import time\nheld = b'x' * ({mib} * 2**20)\ntime.sleep({seconds})\n"
-                                         "print('DONE')\n")
+        (scratch / "hold.py").write_text(f"import os, time\nheld = b'x' * ({mib} * 2**20)\n"
+                                         "deadline = time.monotonic() + 100\n"
+                                         f"while not os.path.exists({str(scratch / 'release')!r}) "
+                                         "and time.monotonic() < deadline:\n    time.sleep(0.05)\nprint('DONE')\n")
         results[name] = box.run(["python", str(scratch / "hold.py")], scratch=scratch, timeout=120, share=share)
 
-    runs = [threading.Thread(target=hold, args=args) for args in (("large", 700, 100), ("small", 400, 30))]
-    for run in runs:
-        run.start()
-    for run in runs:
-        run.join()
+    holding = {name: threading.Thread(target=hold, args=(name, mib)) for name, mib in (("large", 700), ("small", 400))}
+    for thread in holding.values():
+        thread.start()
+    holding["large"].join()
+    (tmp_path / "small" / "release").touch()
+    holding["small"].join()
     large, small = results["large"], results["small"]
     assert large.returncode is None and not large.timed_out and "DONE" not in large.stdout
     assert any(r.startswith("memory limit 1.0 GiB reached") and "with the submission's other sandbox run" in r
