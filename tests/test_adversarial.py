@@ -41,7 +41,9 @@ from grader.report.results import RESULTS_FILE
 from grader.sandbox import SANDBOX_UID_BASE, SANDBOX_UID_SLOTS
 from grader.written import WRITTEN_INPUTS
 
-LIMITS = {"cell_timeout_s": 6, "notebook_timeout_s": 60, "probe_case_timeout_s": 5, "memory_gib": 2,
+# The honest notebook's slowest cell (the imports) needs 1.5 to 2 CPU s here, its slowest probe
+# case under 0.3 s: limits twice and six times that, so that the attacks stopped by them cost little.
+LIMITS = {"cell_timeout_s": 4, "notebook_timeout_s": 60, "probe_case_timeout_s": 2, "memory_gib": 2,
           "disk_mib": 256}
 SHARED = ROOT.parent / "shared"
 SNAPSHOT_SKIP = {".venv", "out", "__pycache__", ".git", ".pytest_cache"}
@@ -365,7 +367,7 @@ def test_killing_the_notebook_driver_is_reported(world: World, attack: str) -> N
 def test_endless_step_still_lets_the_probe_grade_forward(world: World) -> None:
     for name in FORWARD_ITEMS:
         assert _item(world, "probe_infinite_step", name)["status"] == "passed", name
-    assert "used more than 5 CPU seconds" in _item(world, "probe_infinite_step", "equivalence")["output"]
+    assert "used more than 2 CPU seconds" in _item(world, "probe_infinite_step", "equivalence")["output"]
     for name in STEP_ITEMS:
         assert _item(world, "probe_infinite_step", name)["status"] == "failed", name
 
