@@ -24,7 +24,8 @@ Lifecycle: the workers never outlive the coordinator (the process that calls
   (:mod:`grader.dask_executor` says how its LocalCluster's workers end with the coordinator).
 * A :class:`grader.sandbox.Guard`, outside the coordinator's process group, watches the
   workers: when the coordinator closes it or dies (``kill -9`` included) it sends them
-  SIGTERM, SIGKILL after a grace period, and kills every process a sandbox uid left.
+  SIGTERM, SIGKILL after a grace period, and kills every process a sandbox uid left; then it
+  removes the coordinator's temporary folder (``grade_batch``'s meanwhile).
 * SIGINT (Ctrl-C) and SIGTERM to the coordinator stop the pool the same way and raise
   :class:`BatchInterrupted`, which says how many submissions are graded and how to resume.
   Workers ignore SIGINT: Ctrl-C reaches the terminal's whole process group, and the
@@ -40,6 +41,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import tempfile
 import threading
 import traceback
 from collections.abc import Callable, Iterator
@@ -217,16 +219,20 @@ class BatchOutcome:
 
 #: Grades a batch's submissions that must run, writing and appending each result as it arrives
 #: (through :func:`record_arrival`): ``(todo, assignment, sandbox, rubric, out_dir, workers,
-#: results, bar)``, as :func:`_run_pool` and :func:`dask_executor`'s runner.
+#: results, bar)``, as :func:`dask_executor`'s runner (the local pool is :class:`WorkerPool`).
 Executor = Callable[[list[SubmissionPath], Assignment, Sandbox, Rubric, Path, int, list[GradeResult], RunProgress],
                     None]
 
 
 def grade_batch(submissions: list[SubmissionPath], assignment: Assignment, sandbox: Sandbox,
                 rubric: Rubric, out_dir: Path, workers: int,
-                progress: TextIO = sys.stderr, executor: Executor | None = None) -> BatchOutcome:
+                progress: TextIO = sys.stderr, executor: Executor | None = None,
+                meanwhile: Callable[[Path], object] | None = None) -> BatchOutcome:
     """Grade everything not already graded with the current cache key; returns all results.
     What runs goes to ``executor`` (default: the local process pool, :class:`WorkerPool`).
+    While the local pool runs submissions, ``meanwhile`` (what the caller needs next, such as
+    an import) is called in a thread with a temporary folder of its own; it has returned when
+    this does, and the folder is gone then: the pool's guard removes it, even after ``kill -9``.
     Raises :class:`BatchInterrupted` after SIGINT or SIGTERM, once nothing is left running, and
     :class:`BatchError` when the executor cannot go on."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -235,6 +241,7 @@ def grade_batch(submissions: list[SubmissionPath], assignment: Assignment, sandb
     runnable = [s for s in submissions if not s.problem]
     new = sum(1 for s in runnable if not (out_dir / s.submission_id / RESULTS_FILE).exists())
     pool = WorkerPool(assignment, sandbox, rubric, min(workers, len(runnable))) if executor is None and new else None
+    helper: threading.Thread | None = None
     try:
         if pool is not None:
             pool.start(min(workers, new))
@@ -251,14 +258,23 @@ def grade_batch(submissions: list[SubmissionPath], assignment: Assignment, sandb
                                                                   reused + len(regrade)) as bar:
                 for submission, kept in regrade:
                     _keep(graded(grader, submission, kept), out_dir, results)
+                if todo and executor is None and pool is None:   # a regrade that runs some again
+                    pool = WorkerPool(assignment, sandbox, rubric, min(workers, len(todo)))
+                if todo and pool is not None and meanwhile is not None:
+                    folder = Path(tempfile.mkdtemp(prefix="g2c-coordinator-"))
+                    pool.guard.remove(folder)
+                    helper = threading.Thread(target=meanwhile, args=(folder,), name="meanwhile")
+                    helper.start()
                 if todo and pool is not None:
                     pool.run(todo, out_dir, results, bar)
-                elif todo:
-                    (executor or _run_pool)(todo, assignment, sandbox, rubric, out_dir, workers, results, bar)
+                elif todo and executor is not None:
+                    executor(todo, assignment, sandbox, rubric, out_dir, workers, results, bar)
         except (KeyboardInterrupt, _Terminated) as exc:
             signum = signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT
             raise BatchInterrupted(signum, len(results), len(submissions)) from None
     finally:
+        if helper is not None:
+            helper.join()   # before the guard removes its folder
         if pool is not None:
             pool.close()
     internal = sum(1 for r in results if r.grader_errors)
@@ -317,17 +333,6 @@ def dask_executor(scheduler: str | None) -> Executor:
             raise
         raise BatchError(f"--executor dask needs Dask ({exc.name} is missing): pip install 'g2c-grader[dask]'") from None
     return functools.partial(on_dask.run_on_dask, scheduler=scheduler)
-
-
-def _run_pool(todo: list[SubmissionPath], assignment: Assignment, sandbox: Sandbox, rubric: Rubric,
-              out_dir: Path, workers: int, results: list[GradeResult], bar: RunProgress) -> None:
-    """Grade ``todo`` on a pool of worker processes, writing and appending each result as it
-    arrives. However this ends (an interrupt, an error), no worker or sandbox is left running."""
-    pool = WorkerPool(assignment, sandbox, rubric, min(workers, len(todo)))
-    try:
-        pool.run(todo, out_dir, results, bar)
-    finally:
-        pool.close()
 
 
 class WorkerPool:

@@ -25,7 +25,7 @@ from grader.pipeline import GRADER_ERRORS
 from grader.report.changes import record_changes
 from grader.report.export import ExportError, export_canvas
 from grader.report.overrides import OverrideError, apply_overrides
-from grader.report.pages import RELEASES, SUMMARY_PAGE, release_state, write_pages
+from grader.report.pages import RELEASES, SUMMARY_PAGE, load_matplotlib, release_state, write_pages
 from grader.report.results import read_results, write_gradebook
 from grader.report.terminal import print_scores
 from grader.rubric import Limits, Rubric, RubricError
@@ -113,7 +113,8 @@ def _cmd_grade(args: argparse.Namespace) -> int:
           f"with {args.workers} {'Dask worker processes' if executor else 'workers'}")
     print(f"grading {len(submissions)} submissions of {assignment.name} into {out_dir} {on}", file=sys.stderr)
     try:
-        outcome = grade_batch(submissions, assignment, sandbox, rubric, out_dir, args.workers, executor=executor)
+        outcome = grade_batch(submissions, assignment, sandbox, rubric, out_dir, args.workers, executor=executor,
+                              meanwhile=load_matplotlib)
     except BatchInterrupted as stopped:   # nothing is left running; what was graded is written
         print(f"grader: {stopped}", file=sys.stderr)
         return stopped.exit_status

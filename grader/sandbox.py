@@ -1061,7 +1061,8 @@ class Guard:
     had ended (``close(clean=True)``), :func:`kill_orphans`: a sandbox uid's processes need
     not descend from anything of the grader's (the unprivileged level may have no PID
     namespace to hold them). Watched processes are held by pidfd, so a pid reused meanwhile
-    is never signalled.
+    is never signalled. Last, it removes the folders it was given (:meth:`remove`): the
+    coordinator's own temporary ones, which a ``kill -9`` would otherwise leave behind.
     """
 
     def __init__(self) -> None:
@@ -1073,11 +1074,21 @@ class Guard:
 
     def watch(self, pid: int) -> None:
         """Stop ``pid`` (alive now) when the guard closes or the grader dies."""
+        self._tell(f"{pid} {_start_time(pid)}\n".encode())
+
+    def remove(self, folder: Path) -> None:
+        """Remove ``folder`` and everything in it when the guard closes or the grader dies."""
+        path = os.fsencode(folder.resolve())
+        if b"\n" in path:
+            raise ValueError(f"the guard reads one folder per line: {folder!r}")
+        self._tell(b"remove " + path + b"\n")
+
+    def _tell(self, line: bytes) -> None:
         assert self._proc.stdin is not None
         try:
-            self._proc.stdin.write(f"{pid} {_start_time(pid)}\n".encode())
+            self._proc.stdin.write(line)
             self._proc.stdin.flush()
-        except (OSError, ValueError):   # the guard is gone (or the pid already): nothing to tell
+        except (OSError, ValueError):   # the guard is gone: nothing to tell
             pass
 
     def close(self, clean: bool = False) -> None:
@@ -1098,10 +1109,15 @@ class Guard:
 
 
 def _guard_main() -> None:
-    """The guard process (see :class:`Guard`): pid and start time per line, until end of input."""
+    """The guard process (see :class:`Guard`): pid and start time, or ``remove`` and a folder,
+    per line, until end of input."""
     watched: list[int] = []
+    folders: list[bytes] = []
     clean = False
     for line in sys.stdin.buffer:
+        if line.startswith(b"remove ") and line.endswith(b"\n"):
+            folders.append(line[len(b"remove "):-1])
+            continue
         clean = line == b"clean\n"
         try:
             pid, start = map(int, line.split())
@@ -1115,6 +1131,8 @@ def _guard_main() -> None:
     ended = _stop(watched)
     if not (clean and ended):   # swept only after a failure: a free uid's processes are leftovers then
         kill_orphans()
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _stop(pidfds: list[int]) -> bool:

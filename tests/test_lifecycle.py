@@ -379,32 +379,42 @@ def _as_free_sandbox_uid() -> subprocess.Popen:
                             cwd="/", stdin=subprocess.DEVNULL)
 
 
-def test_the_guard_stops_what_it_watches_and_the_orphans_of_free_uids(tmp_path):
+def test_the_guard_stops_what_it_watches_and_the_orphans_of_free_uids_and_removes_its_folders(tmp_path):
     watched = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     orphan = _as_free_sandbox_uid()
+    folder, kept = tmp_path / "coordinator's", tmp_path / "kept"
+    for made in (folder / "cache", kept):
+        made.mkdir(parents=True)
+    (folder / "cache" / "fontlist.json").write_text("{}")
     try:
         guard = Guard()
         guard.watch(watched.pid)
+        guard.remove(folder)
         started = time.monotonic()
         guard.close()   # not clean: as after an interrupt, or when the grader died
         assert watched.wait(timeout=5) == -signal.SIGTERM
         assert orphan.wait(timeout=5) == -signal.SIGKILL
         assert time.monotonic() - started < GUARD_GRACE
+        assert not folder.exists() and kept.is_dir()
     finally:
         for proc in (watched, orphan):
             proc.kill()
             proc.wait()
 
 
-def test_a_clean_close_of_the_guard_touches_nothing(tmp_path):
+def test_a_clean_close_of_the_guard_touches_nothing_but_its_folders(tmp_path):
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     bystander = _as_free_sandbox_uid()   # e.g. a test's own process on a sandbox uid
+    folder = tmp_path / "coordinator's"
+    folder.mkdir()
     try:
         guard = Guard()
         guard.watch(ended.pid)
+        guard.remove(folder)
         ended.wait()
         guard.close(clean=True)
         assert bystander.poll() is None
+        assert not folder.exists() and tmp_path.is_dir()
     finally:
         bystander.kill()
         bystander.wait()

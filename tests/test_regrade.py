@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -150,27 +151,39 @@ def test_a_tolerance_change_regrades_and_an_execution_change_runs_again(graded, 
     folder, out, first = graded
     submitted: list[str] = []
 
-    def recording_pool(todo, assignment, sandbox, rubric, out_dir, workers, graded, bar):
-        """Stands in for the worker pool: records what would be executed, keeps the old result."""
-        for submission in todo:
-            submitted.append(submission.submission_id)
-            graded.append(result_from_json(results(out_dir, submission.submission_id)))
-    monkeypatch.setattr(batch_module, "_run_pool", recording_pool)
+    class RecordingPool(batch_module.WorkerPool):
+        """The worker pool with its guard, but no worker started: records what would be
+        executed, keeps the old result."""
+
+        def run(self, todo, out_dir, graded, bar):
+            for submission in todo:
+                submitted.append(submission.submission_id)
+                graded.append(result_from_json(results(out_dir, submission.submission_id)))
+    monkeypatch.setattr(batch_module, "WorkerPool", RecordingPool)
     monkeypatch.setattr(pipeline, "execute_notebook", None)
     monkeypatch.setattr(pipeline, "run_probe", None)
 
     # A tolerance (evaluation only): regraded from the kept outputs.
     loose = replace(assignment.rubric, tolerances={**assignment.rubric.tolerances,
                                                    "hybrid_gradient_floor": assignment.rubric.tolerances["hybrid_gradient_floor"] * 2})
-    outcome = grade_batch(discover([folder]), assignment, sandbox, loose, out, workers=2, progress=io.StringIO())
-    assert (outcome.reused, outcome.regraded, submitted) == (0, 2, [])
+    meanwhile: list[tuple[bool, Path, bool]] = []
+
+    def ran_meanwhile(scratch: Path) -> None:
+        """What the caller asks to be done while submissions run: in a thread, with a folder."""
+        meanwhile.append((threading.current_thread() is not threading.main_thread(), scratch, scratch.is_dir()))
+    outcome = grade_batch(discover([folder]), assignment, sandbox, loose, out, workers=2, progress=io.StringIO(),
+                          meanwhile=ran_meanwhile)
+    assert (outcome.reused, outcome.regraded, submitted, meanwhile) == (0, 2, [], [])
     assert results(out, "reference")["extra_data"]["digests"]["evaluation"] == \
         SubmissionGrader(assignment, sandbox, loose).digests["evaluation"]
 
     # An execution change (here, a limit; a changed probe case or driver works the same way): run again.
     slower = assignment.rubric.with_limits(cell_timeout_s=assignment.rubric.limits.cell_timeout_s + 1)
-    outcome = grade_batch(discover([folder]), assignment, sandbox, slower, out, workers=2, progress=io.StringIO())
+    outcome = grade_batch(discover([folder]), assignment, sandbox, slower, out, workers=2, progress=io.StringIO(),
+                          meanwhile=ran_meanwhile)
     assert (outcome.reused, outcome.regraded) == (0, 0) and sorted(submitted) == list(IDS)
+    (in_a_thread, scratch, existed), = meanwhile
+    assert in_a_thread and existed and not scratch.exists()   # removed by the pool's guard
 
     submitted.clear()
     monkeypatch.setattr(digests, "execution_digest", lambda *a, **k: "another execution digest")
