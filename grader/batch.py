@@ -260,13 +260,16 @@ def grade_batch(submissions: list[SubmissionPath], assignment: Assignment, sandb
                     _keep(graded(grader, submission, kept), out_dir, results)
                 if todo and executor is None and pool is None:   # a regrade that runs some again
                     pool = WorkerPool(assignment, sandbox, rubric, min(workers, len(todo)))
-                if todo and pool is not None and meanwhile is not None:
-                    folder = Path(tempfile.mkdtemp(prefix="g2c-coordinator-"))
-                    pool.guard.remove(folder)
-                    helper = threading.Thread(target=meanwhile, args=(folder,), name="meanwhile")
-                    helper.start()
                 if todo and pool is not None:
-                    pool.run(todo, out_dir, results, bar)
+                    pending = pool.submit(todo)
+                    # Only now: every worker is started, so none is spawned while meanwhile runs
+                    # (a thread that may change the environment a spawned process copies).
+                    if meanwhile is not None:
+                        folder = Path(tempfile.mkdtemp(prefix="g2c-coordinator-"))
+                        pool.guard.remove(folder)
+                        helper = threading.Thread(target=meanwhile, args=(folder,), name="meanwhile")
+                        helper.start()
+                    pool.collect(pending, out_dir, results, bar)
                 elif todo and executor is not None:
                     executor(todo, assignment, sandbox, rubric, out_dir, workers, results, bar)
         except (KeyboardInterrupt, _Terminated) as exc:
@@ -356,11 +359,16 @@ class WorkerPool:
             self.executor.submit(_started)
         self._watch()
 
-    def run(self, todo: list[SubmissionPath], out_dir: Path, results: list[GradeResult], bar: RunProgress) -> None:
-        """Grade ``todo``, writing and appending each result as it arrives."""
+    def submit(self, todo: list[SubmissionPath]) -> dict[Future, SubmissionPath]:
+        """Send ``todo`` to the workers, starting those it needs now (none is started later)."""
         self.finished = False
-        pending: dict[Future, SubmissionPath] = {self.executor.submit(_grade_in_worker, s): s for s in todo}
+        pending = {self.executor.submit(_grade_in_worker, s): s for s in todo}
         self._watch()
+        return pending
+
+    def collect(self, pending: dict[Future, SubmissionPath], out_dir: Path, results: list[GradeResult],
+                bar: RunProgress) -> None:
+        """Write and append each result of ``pending`` as it arrives."""
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:

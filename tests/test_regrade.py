@@ -155,10 +155,12 @@ def test_a_tolerance_change_regrades_and_an_execution_change_runs_again(graded, 
         """The worker pool with its guard, but no worker started: records what would be
         executed, keeps the old result."""
 
-        def run(self, todo, out_dir, graded, bar):
-            for submission in todo:
-                submitted.append(submission.submission_id)
-                graded.append(result_from_json(results(out_dir, submission.submission_id)))
+        def submit(self, todo):
+            submitted.extend(submission.submission_id for submission in todo)
+            return {submission.submission_id: submission for submission in todo}
+
+        def collect(self, pending, out_dir, graded, bar):
+            graded.extend(result_from_json(results(out_dir, submission_id)) for submission_id in pending)
     monkeypatch.setattr(batch_module, "WorkerPool", RecordingPool)
     monkeypatch.setattr(pipeline, "execute_notebook", None)
     monkeypatch.setattr(pipeline, "run_probe", None)
