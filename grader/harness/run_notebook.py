@@ -42,7 +42,9 @@ PLAN = json.loads(open(sys.argv[1]).read())
 REPORT_FD = -1   # this driver's stdout, kept away from the kernel (see main)
 TRUNCATED = "[output truncated by the grader: this cell printed more than {limit} KiB]\n"
 CPU_POLL_S = 0.25       # seconds between two readings of a running cell's CPU
-KILL_AFTER_CPU_S = 10   # CPU seconds an interrupted cell may still use before its kernel is killed
+# CPU seconds an interrupted cell may still use before its kernel is killed: its own limit again,
+# at most 10 (enough for a KeyboardInterrupt handler; a small limit ends a loop ignoring SIGINT sooner).
+KILL_AFTER_CPU_S = min(10, PLAN["cell_timeout"])
 CPU_STOP = f"the cell {cpu_time.cpu_limit_message(PLAN['cell_timeout'])} and was interrupted"
 BACKSTOP_STOP = f"the cell was {cpu_time.backstop_message(PLAN['cell_backstop'])}"
 
