@@ -99,6 +99,16 @@ def orphaned(proc: Proc, procs: dict[int, Proc]) -> bool:
     return True
 
 
+def _as_from_a_terminal() -> None:
+    """Ctrl-C and hangup as an interactive shell leaves them to a command it starts: pytest may
+    itself have been started where they are ignored (a background job), which a child inherits."""
+    for number in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+        signal.signal(number, signal.SIG_DFL)
+
+
+STARTED: list[subprocess.Popen] = []   # every grader grade command the tests start, stopped after each test
+
+
 class Run:
     """One ``grader grade`` command in a session of its own, its processes recorded as it runs,
     and the slow cells of its submissions released while ``release`` is set."""
@@ -123,7 +133,9 @@ class Run:
                    "--cell-timeout", "300", "--notebook-timeout", "600"]
         with self.log.open("w") as log:
             self.proc = subprocess.Popen(command, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+                                         stderr=subprocess.STDOUT, start_new_session=True,
+                                         preexec_fn=_as_from_a_terminal)
+        STARTED.append(self.proc)
         self._stop = threading.Event()
         self._sampler = threading.Thread(target=self._sample, daemon=True)
         self._sampler.start()
@@ -181,6 +193,16 @@ class Run:
         assert not left, f"{self.name}: left running:\n" + "\n".join(
             f"  {p.pid} uid {p.uid}: {p.command}" for p in left)
 
+    def stopped(self, timeout: float = 60) -> int:
+        """The exit status of a run told to stop; if it does not, why (its signal dispositions,
+        what it wrote) rather than a bare timeout."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            status = Path(f"/proc/{self.proc.pid}/status").read_text()
+            signals = "\n".join(line for line in status.splitlines() if line.startswith(("Sig", "ShdPnd", "State")))
+            pytest.fail(f"{self.name}: still running {timeout} s after its signal:\n{signals}\n{self.output()}")
+
     def finish(self, timeout: float = 240) -> int:
         self.release = True
         try:
@@ -229,6 +251,13 @@ def base():
     os.chmod(folder, 0o711)
     (folder / "tmp").mkdir(mode=0o711)
     yield folder
+    # A test that failed part-way leaves its commands running: kill -9 each session (their
+    # guards stop the rest), so that nothing outlives the test.
+    for proc in STARTED:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    STARTED.clear()
     shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -313,7 +342,7 @@ def test_sigterm_and_ctrl_c_stop_cleanly_and_say_how_to_resume(base, user_python
             os.kill(run.proc.pid, signal.SIGTERM)
     for name, run in runs.items():
         signum = stops[name][1]
-        status = run.proc.wait(timeout=60)
+        status = run.stopped()
         stopped_at = now_ticks()
         assert status == 128 + signum, run.output()
         assert (f"stopped by {signal.Signals(signum).name}: graded 1 of 2 submissions; run the same command "
