@@ -116,13 +116,15 @@ def assert_items_shown_once(page, path: Path, item_ids: list[str]) -> None:
     assert shown == [f"item-{i}" for i in item_ids], (path, shown)
 
 
-def serious_violations(page) -> list[str]:
-    """axe-core's serious and critical findings on the loaded page (every rule enabled)."""
+def serious_violations(page, skipped: tuple[str, ...] = ()) -> list[str]:
+    """axe-core's serious and critical findings on the loaded page (every rule enabled but the
+    ``skipped`` rule ids)."""
     assert AXE.is_file(), f"{AXE} is missing: run `make install` (it installs the pinned axe-core)"
     page.add_script_tag(path=str(AXE))
-    found = page.evaluate("async () => (await axe.run(document, {resultTypes: ['violations']})).violations"
+    options = {"resultTypes": ["violations"], "rules": {rule: {"enabled": False} for rule in skipped}}
+    found = page.evaluate("async options => (await axe.run(document, options)).violations"
                           ".map(v => ({id: v.id, impact: v.impact, help: v.help,"
-                          " nodes: v.nodes.slice(0, 3).map(n => n.target.join(' '))}))")
+                          " nodes: v.nodes.slice(0, 3).map(n => n.target.join(' '))}))", options)
     return [f"{page.url}: {v['id']} ({v['impact']}): {v['help']} at {v['nodes']}"
             for v in found if v["impact"] in ("serious", "critical")]
 
