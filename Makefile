@@ -47,8 +47,10 @@ $(BROWSER): $(STAMP)
 	npm install --silent --no-audit --no-fund --prefix $(VENV) $(AXE_CORE)
 	touch $(BROWSER)
 
+# Two test processes: while one runs single-threaded checks, the other's sandboxed batches fill
+# the second core. Each file runs whole in one of them, so its module fixtures are built once.
 test: $(STAMP) $(BROWSER)
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
 
 grade: $(STAMP)
 ifeq ($(SUBMISSIONS),)

@@ -122,6 +122,33 @@ def model_only(master: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return notebook
 
 
+# The test files that use ``batch``: ``make test``'s two test processes run them in one, so that
+# the batch is graded once (see pytest_xdist_make_scheduler).
+SHARING_THE_BATCH = ("test_grading.py", "test_hostile_inputs.py", "test_pages.py", "test_timings.py")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadfile`` (``make test``), with the files sharing ``batch`` as one file."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedBatchScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return "the files sharing batch" if Path(path).name in SHARING_THE_BATCH else path
+
+    return SharedBatchScheduling(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Keep SHARING_THE_BATCH complete: a file missing from it would grade the batch again."""
+    missing = {item.path.name for item in items if "batch" in getattr(item, "fixturenames", ())} - set(SHARING_THE_BATCH)
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py: add {sorted(missing)} to SHARING_THE_BATCH")
+
+
 @pytest.fixture(scope="session")
 def batch(tmp_path_factory, assignment, sandbox) -> tuple[Path, Path, BatchOutcome]:
     """(submissions folder, output folder, outcome) of one real batch: an untouched template,
