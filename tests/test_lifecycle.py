@@ -193,25 +193,21 @@ class Run:
         assert not left, f"{self.name}: left running:\n" + "\n".join(
             f"  {p.pid} uid {p.uid}: {p.command}" for p in left)
 
-    def stopped(self, timeout: float = 60) -> int:
+    def stopped(self, timeout: float = 60, after: str = "its signal") -> int:
         """The exit status of a run told to stop; if it does not, why (its signal dispositions,
-        what it wrote) rather than a bare timeout."""
+        what it wrote) rather than a bare timeout. The ``base`` fixture kills what is left."""
         try:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             status = Path(f"/proc/{self.proc.pid}/status").read_text()
             signals = "\n".join(line for line in status.splitlines() if line.startswith(("Sig", "ShdPnd", "State")))
-            pytest.fail(f"{self.name}: still running {timeout} s after its signal:\n{signals}\n{self.output()}")
+            pytest.fail(f"{self.name}: still running {timeout} s after {after}:\n{signals}\n{self.output()}")
 
     def finish(self, timeout: float = 240) -> int:
         self.release = True
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            pytest.fail(f"{self.name}: still running after {timeout} s:\n{self.output()}")
+        status = self.stopped(timeout, after="its slow cells were released")
         self._stop.set()
-        return self.proc.returncode
+        return status
 
     def output(self) -> str:
         errors = [f"{p}:\n{p.read_text(errors='replace')}" for p in (self.root / "out").glob("*/grader_errors.txt")]
