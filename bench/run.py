@@ -47,6 +47,7 @@ sys.path.insert(0, str(REPO))   # run as a script: this checkout's grader and be
 from bench.coordinator import PEAK_LINE  # noqa: E402
 from bench.measure import Figure, Target, alternate, bench_record, median, ratio, slope_ms, stage_medians, write_record  # noqa: E402
 from grader.execute import GRADING_ENV  # noqa: E402
+from grader.rubric import load_rubric  # noqa: E402
 
 OUT = REPO / "out" / "bench"
 WORK = OUT / "work"
@@ -62,6 +63,8 @@ MARKER = "G2C_BENCH_RUN"                  # in the environment of everything the
 PER_SUBMISSION = {"linear_attention": ("ratio", 1.3), "linear_attention_hyena": ("over", 3.0)}
 CLASS_ASSIGNMENT = "linear_attention_hyena"   # the cheap one: the class and the regrade sets
 TOLERANCE_EDIT = ("isotropy_mean", ("0.051", "0.052"))   # a check-only change: verdicts stay the same
+# The sleeping submission: the class's reference with this function asleep (no CPU) when called.
+SLEEPING_FUNCTION = "retnet_decay_mask"
 UNCHANGED = re.compile(r"(\d+) of (\d+) submissions already graded \(unchanged\)")
 REGRADED = re.compile(r"(\d+) submissions regraded from their kept runs")
 
@@ -239,6 +242,31 @@ class Bench:
                            "how many times faster grader grade (sandbox on) grades the same three questions than otter run",
                            samples, notes))
 
+    def sleeping_submission(self) -> None:
+        """The class's reference and the same notebook with one function that sleeps, each graded
+        alone on 1 worker, one round each (what the sleeper costs is its idle limits): the
+        difference is bounded by the idle limit, not by the wall-clock backstops."""
+        idle = load_rubric(REPO / "rubrics" / f"{CLASS_ASSIGNMENT}.yaml").limits.idle_timeout_s
+        normal_folder, asleep_folder = WORK / "sleeping" / "normal", WORK / "sleeping" / "asleep"
+        for folder in (normal_folder, asleep_folder):
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+        shutil.copy(REPO / "solutions" / CLASS_ASSIGNMENT / f"{CLASS_ASSIGNMENT}.ipynb", normal_folder / "normal.ipynb")
+        nbformat.write(_sleeping_notebook(), str(asleep_folder / "asleep.ipynb"))
+        normal = self.grade([normal_folder], CLASS_ASSIGNMENT, workers=1)
+        asleep = self.grade([asleep_folder], CLASS_ASSIGNMENT, workers=1)
+        retried = "graded again once" in (asleep.out / "asleep" / "results.json").read_text()
+        if retried:
+            self.problems.append("the sleeping submission was graded again after a backstop")
+        # The probe's cases of that function: two stopped as hung before its group gives up, and a margin.
+        self.figure(Figure(f"{CLASS_ASSIGNMENT}: a submission that sleeps vs a normal one",
+                           asleep.seconds - normal.seconds, "s", Target("<=", 3 * idle),
+                           f"grader grade of the reference with {SLEEPING_FUNCTION} asleep, minus the reference's "
+                           f"(1 worker each; idle limit {idle:g} s)",
+                           {"normal": [normal.seconds], "asleep": [asleep.seconds]},
+                           [f"sleeping {asleep.seconds:.3g} s, normal {normal.seconds:.3g} s",
+                            "graded again" if retried else "not graded again"]))
+
     def throughput(self) -> None:
         """A synthetic class on 1 and 2 workers against its floor two at a time; then the
         regrades (unchanged, and after a check-only change) at two set sizes; then memory."""
@@ -396,6 +424,14 @@ def _synthetic_class(folder: Path, size: int, first: int) -> Path:
     return folder
 
 
+def _sleeping_notebook() -> nbformat.NotebookNode:
+    """The class's reference whose ``SLEEPING_FUNCTION`` sleeps for an hour when called."""
+    master = nbformat.read(REPO / "solutions" / CLASS_ASSIGNMENT / f"{CLASS_ASSIGNMENT}.ipynb", as_version=4)
+    cell = next(c for c in master.cells if f"def {SLEEPING_FUNCTION}(" in c.source)
+    cell.source += f"\n\n\ndef {SLEEPING_FUNCTION}(*args, **kwargs):\n    import time\n    time.sleep(3600)\n"
+    return master
+
+
 def _edited_root(root: Path, value: str) -> Path:
     """A copy of the class assignment (master, template, rubric) whose rubric sets the
     ``TOLERANCE_EDIT`` tolerance to ``value``: what runs is unchanged, so only evaluation is."""
@@ -474,6 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         bench.section("per submission against the floor", bench.per_submission)
         bench.section("against otter-grader", bench.against_otter)
+        bench.section("a submission that sleeps", bench.sleeping_submission)
         bench.section("throughput, regrades and memory", bench.throughput)
     finally:
         leftover = bench.leftovers()

@@ -65,7 +65,8 @@ def _assignment(args: argparse.Namespace) -> tuple[Assignment, Rubric]:
         rubric = assignment.rubric.with_limits(
             memory_gib=args.memory_gib, cpu_seconds=args.cpu_seconds, max_processes=args.max_processes,
             file_size_mib=args.file_size_mib, disk_mib=args.disk_mib, cell_output_kib=args.cell_output_kib,
-            cell_timeout_s=args.cell_timeout, notebook_timeout_s=args.notebook_timeout)
+            cell_timeout_s=args.cell_timeout, notebook_timeout_s=args.notebook_timeout,
+            idle_timeout_s=args.idle_timeout)
     except RubricError as exc:
         raise CommandError(str(exc)) from exc
     return assignment, rubric
@@ -348,6 +349,9 @@ def _add_grading_options(parser: argparse.ArgumentParser) -> None:
     limits.add_argument("--cell-output-kib", type=int)
     limits.add_argument("--cell-timeout", type=float, help="seconds per cell")
     limits.add_argument("--notebook-timeout", type=float, help="seconds per notebook")
+    limits.add_argument("--idle-timeout", type=float,
+                        help="seconds a cell, a probe case or a run may go without CPU progress before it is "
+                             "stopped as hung")
 
 
 def build_parser() -> argparse.ArgumentParser:

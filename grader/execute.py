@@ -34,6 +34,9 @@ GRADING_ENV = {"G2C_GRADING": "1", **ONE_THREAD_ENV, "MPLBACKEND": "Agg", "PYDEV
 MAX_EXECUTED_NOTEBOOK_BYTES = 64 * 2**20
 DRIVER_DONE_LINE = "G2C-DONE"   # the driver's last line on its stdout (see harness/run_notebook.py)
 HARNESS_SCRIPTS = ("run_notebook.py", "cpu_time.py")   # the driver and the CPU meter it imports
+# Cells stopped as hung (idle for the idle limit) before the driver runs no more: each costs
+# that limit of a worker's time. The whole run is stopped as hung once idle for one limit more.
+IDLE_CELLS_GIVE_UP = 2
 
 
 @dataclass(frozen=True)
@@ -184,6 +187,8 @@ def execute_notebook(notebook: nbformat.NotebookNode, sandbox: Sandbox, scratch:
         "answer_variables": list(answer_variables),
         "cell_timeout": limits.cell_timeout_s,             # CPU seconds
         "cell_backstop": limits.backstop(limits.cell_timeout_s),   # wall-clock seconds
+        "idle_timeout": limits.idle_timeout_s,             # wall-clock seconds without CPU progress
+        "idle_cells_give_up": IDLE_CELLS_GIVE_UP,
         "output_limit": limits.cell_output_kib * 1024,
         "workdir": str(work),
     }
@@ -194,6 +199,7 @@ def execute_notebook(notebook: nbformat.NotebookNode, sandbox: Sandbox, scratch:
     result = sandbox.run([sys.executable, str(work / "run_notebook.py"), str(work / "plan.json")],
                          scratch=scratch, cpu_limit=limits.notebook_timeout_s,
                          timeout=limits.backstop(limits.notebook_timeout_s),
+                         idle_limit=limits.idle_timeout_s * (IDLE_CELLS_GIVE_UP + 1),
                          env={**GRADING_ENV, "JUPYTER_RUNTIME_DIR": str(work / "runtime"),
                               "IPYTHONDIR": str(work / "ipython")}, share=share)
     vouched = vouched_files(result.stdout)
@@ -216,8 +222,11 @@ def execute_notebook(notebook: nbformat.NotebookNode, sandbox: Sandbox, scratch:
     runs += [CellRun(i, c.get("id"), "not_run") for i, c in enumerate(notebook.cells)
              if c.cell_type == "code" and i not in ran]
     runs.sort(key=lambda r: r.index)
-    kernel = str(report.get("kernel", "unknown" if discarded else "died" if not result.timed_out else "hung"))
-    if report and not finished and not result.timed_out and kernel == "ok":
+    stopped_on_time = result.timed_out or result.hung
+    kernel = str(report.get("kernel", "unknown" if discarded else "hung" if stopped_on_time else "died"))
+    if result.hung and kernel == "ok":
+        kernel = "hung"
+    elif report and not finished and not stopped_on_time and kernel == "ok":
         kernel = "stopped"
         notes.append("the notebook driver was killed before it finished (by a sandbox limit, or by the "
                      "notebook's own code)")

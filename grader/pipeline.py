@@ -292,7 +292,7 @@ class SubmissionGrader:
         with tempfile.TemporaryDirectory(prefix=f"g2c-{_safe(submission.submission_id)}-probe-") as scratch:
             result = run_probe(source, self.checks.probe_cases(self.rubric), self.sandbox, Path(scratch),
                                limits.probe_case_timeout_s, self.checks.PROBE_DRIVER, limits.wall_backstop_factor,
-                               share)
+                               share, idle_timeout=limits.idle_timeout_s)
         notes.extend(f"stopped during the probe: {reason}" for reason in result.notes)
         return result, None
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from grader.harness import HARNESS_DIR
-from grader.harness.cpu_time import BACKSTOP
+from grader.harness.cpu_time import BACKSTOP, IDLE
 from grader.rubric import Limits
 from grader.sandbox import MemoryShare, Sandbox
 from grader.untrusted import float_array, json_object, seconds
@@ -177,7 +177,8 @@ def probe_from_record(record: Any, blobs: list[bytes]) -> ProbeResult | None:
 
 def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox, scratch: Path,
               case_timeout: float, driver: Path | None = None,
-              backstop_factor: float = Limits.wall_backstop_factor, share: MemoryShare | None = None) -> ProbeResult:
+              backstop_factor: float = Limits.wall_backstop_factor, share: MemoryShare | None = None,
+              idle_timeout: float = Limits.idle_timeout_s) -> ProbeResult:
     """Run every case, restarting the harness after its supervisor dies (killed by student
     code, or by a sandbox limit).
 
@@ -187,6 +188,8 @@ def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox
     ``driver`` is the checks module's driver file (its handlers), sent with the request.
     ``case_timeout`` is CPU seconds per worker, as is the whole run's limit (every worker's
     and some to spare); each has a wall-clock backstop ``backstop_factor`` times as long.
+    A worker idle for ``idle_timeout`` seconds is stopped as hung, and so is the whole run once
+    idle for longer than its groups' give-ups allow; a run stopped as hung is not restarted.
     The runs' memory is counted in ``share``, with the submission's other runs.
     """
     driver_source = driver.read_text(encoding="utf-8") if driver else None
@@ -204,10 +207,12 @@ def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox
         cases = [by_name[n] for n in remaining]
         workers = sum(len(c.segments.bounds) if c.segments else 1 for c in cases)
         cpu_limit = case_timeout * (workers + 1) + 30
+        # Idle workers, each stopped at idle_timeout, until every group has given up: no longer.
+        idle_limit = idle_timeout * (GIVE_UP_AFTER * len({c.family for c in cases}) + 1)
         result = sandbox.run([sys.executable, str(harness)], scratch=scratch, cpu_limit=cpu_limit,
-                             timeout=cpu_limit * backstop_factor, read_only=True,
+                             timeout=cpu_limit * backstop_factor, idle_limit=idle_limit, read_only=True,
                              stdin=harness_request(module_source, cases, case_timeout, sandbox.own_pid_namespace,
-                                                   driver_source, backstop_factor),
+                                                   driver_source, backstop_factor, idle_timeout),
                              output_bytes=MAX_PROBE_OUTPUT_BYTES, share=share)
         notes.extend(reason for reason in result.stopped if reason not in notes)
         answer = read_answer(result.stdout_bytes, cases)
@@ -226,7 +231,7 @@ def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox
         outputs.update(answer.outputs)
         finished = len(answer.outputs)
         remaining = remaining[finished:]
-        if not remaining:
+        if not remaining or result.hung:
             break
         # The supervisor died during remaining[0]: record that, skip that group after repeated
         # deaths, and go on with the rest.
@@ -241,17 +246,21 @@ def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox
         remaining = [n for n in remaining[1:] if n not in outputs]
         if not remaining:
             break
+    stopped = next((reason for reason in result.stopped if reason.startswith(IDLE)), None) if result.hung else None
     for name in remaining:
-        outputs.setdefault(name, CaseOutput("not_run", "the probe stopped before this case"))
+        outputs.setdefault(name, CaseOutput("not_run", f"not run: the probe was {stopped}" if stopped
+                                            else "the probe stopped before this case"))
     return ProbeResult(import_status, import_error, outputs, notes, start_seconds, cases_seconds)
 
 
 def harness_request(module_source: str, cases: list[ProbeCase], case_timeout: float, own_pid_namespace: bool,
                     driver_source: str | None = None,
-                    backstop_factor: float = Limits.wall_backstop_factor) -> bytes:
+                    backstop_factor: float = Limits.wall_backstop_factor,
+                    idle_timeout: float = Limits.idle_timeout_s) -> bytes:
     """The harness's stdin: the plan, then every array as npy. A segmented case's input is
     sent as one ``name@k`` per segment, and the supervisor gives each worker only its own.
-    A worker may use ``case_timeout`` CPU seconds, within ``backstop_factor`` times that wall."""
+    A worker may use ``case_timeout`` CPU seconds, within ``backstop_factor`` times that wall,
+    and make no CPU progress for ``idle_timeout`` seconds."""
     blobs: list[bytes] = []
     planned = []
     for case in cases:
@@ -273,7 +282,7 @@ def harness_request(module_source: str, cases: list[ProbeCase], case_timeout: fl
     # kill_all: the supervisor may kill every process it can signal, which is safe only
     # inside the sandbox's own PID namespace.
     plan = json.dumps({"module_source": module_source, "driver_source": driver_source, "case_timeout": case_timeout,
-                       "case_backstop": case_timeout * backstop_factor,
+                       "case_backstop": case_timeout * backstop_factor, "idle_timeout": idle_timeout,
                        "kill_all": own_pid_namespace, "give_up_after": GIVE_UP_AFTER,
                        "cases": planned}).encode()
     return b"".join([struct.pack(">Q", len(plan)), plan, *blobs])

@@ -111,9 +111,13 @@ class Limits:
 
     The three time limits are CPU seconds, summed over the processes of the submission's code
     (a cell: the kernel and all it started; a probe case: its worker's; the notebook: the
-    whole sandboxed run), so that a verdict does not depend on how busy the machine is. Each
-    has a wall-clock backstop ``wall_backstop_factor`` times as long, for code that sleeps or
-    waits. ``cpu_seconds`` is the kernel's own per-process limit (RLIMIT_CPU), the last resort.
+    whole sandboxed run), so that a verdict does not depend on how busy the machine is. Code
+    that sleeps or waits uses no CPU: a cell, a probe case or a whole run whose processes make
+    no CPU progress while they could run is stopped as hung after ``idle_timeout_s`` wall-clock
+    seconds (a starved one is not idle: ``cpu_time.IdleWatch``), and not graded again. Each
+    time limit also has a wall-clock backstop ``wall_backstop_factor`` times as long, for code
+    a busy machine starves. ``cpu_seconds`` is the kernel's own per-process limit (RLIMIT_CPU),
+    the last resort.
     """
 
     memory_gib: float = 4
@@ -127,6 +131,7 @@ class Limits:
     probe_case_timeout_s: float = 60
     notebook_max_mib: float = 50
     wall_backstop_factor: float = 5
+    idle_timeout_s: float = 30
 
     def backstop(self, cpu_limit: float) -> float:
         """Wall-clock seconds after which code under ``cpu_limit`` CPU seconds is stopped anyway."""
@@ -162,7 +167,7 @@ class Rubric:
     def with_limits(self, **overrides: Any) -> "Rubric":
         """A copy whose limits take the given non-None overrides (from the CLI)."""
         given = {k: v for k, v in overrides.items() if v is not None}
-        return replace(self, limits=replace(self.limits, **given))
+        return replace(self, limits=_checked(replace(self.limits, **given), "the limits given"))
 
 
 def load_rubric(path: Path) -> Rubric:
@@ -214,11 +219,17 @@ def load_rubric(path: Path) -> Rubric:
 
 
 def _limits(raw: dict[str, Any], path: Path) -> Limits:
-    """The ``limits:`` entry; a backstop must be at least as long as the CPU limit it backs."""
-    limits = Limits(**raw)
-    factor = limits.wall_backstop_factor
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor >= 1:
-        raise RubricError(f"{path}: limits: wall_backstop_factor must be a number of at least 1 (got {factor!r})")
+    """The ``limits:`` entry."""
+    return _checked(Limits(**raw), f"{path}: limits")
+
+
+def _checked(limits: Limits, where: str) -> Limits:
+    """``limits``, when a backstop is at least as long as the CPU limit it backs and the idle
+    limit spans several of the watchdog's readings (a quarter of a second apart)."""
+    for name, least in (("wall_backstop_factor", 1), ("idle_timeout_s", 1)):
+        value = getattr(limits, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= least:
+            raise RubricError(f"{where}: {name} must be a number of at least {least} (got {value!r})")
     return limits
 
 

@@ -74,7 +74,10 @@ How a command is isolated (bubblewrap, ``bwrap``)
   ``cpu_limit`` CPU seconds (when the caller sets one: the wall-clock timeout is then only its
   backstop, for a command that sleeps or hangs), the whole tree is killed (bwrap, whose
   ``--die-with-parent`` takes the PID namespace down, its session, and every process of the
-  sandbox uid) and the result has ``timed_out=True``, ``returncode=None``. The CPU is read
+  sandbox uid) and the result has ``timed_out=True``, ``returncode=None``. With an
+  ``idle_limit``, a run whose processes make no CPU progress while they could run (asleep,
+  blocked, stopped: ``cpu_time.IdleWatch`` reads their threads' states, so a run starved by a
+  busy machine is not idle) is killed as hung after that long (``hung=True``). The CPU is read
   every 0.25 s from /proc (``grader.harness.cpu_time``): each process's own and what it
   reaped, so processes that exited in between count too; at the levels without a PID
   namespace, a process whose parent exits is reparented out of the run and, once it exits,
@@ -148,7 +151,7 @@ from pathlib import Path
 from typing import IO
 
 from grader.harness import SANDBOX_IMPORTS
-from grader.harness.cpu_time import backstop_message, cpu_limit_message, cpu_seconds, processes
+from grader.harness.cpu_time import IdleWatch, backstop_message, cpu_limit_message, cpu_seconds, idle_message, processes
 
 __all__ = [
     "Limits",
@@ -217,6 +220,7 @@ class SandboxResult:
     stdout_bytes: bytes = b""  # stdout as received (up to the cap), for binary protocols
     started: float = 0.0  # time.monotonic() when the command was launched (the clock inside is the same)
     peak_memory_bytes: int = 0  # the most the watchdog saw in use: PSS of its processes + its tmpfs
+    hung: bool = False  # killed as idle: no CPU progress for idle_limit seconds while it could run
 
 
 class MemoryShare:
@@ -443,7 +447,7 @@ class Sandbox:
     def run(self, argv: Sequence[str], *, scratch: Path, env: Mapping[str, str] | None = None,
             timeout: float | None = None, stdin: bytes | None = None, read_only: bool = False,
             output_bytes: int | None = None, cpu_limit: float | None = None,
-            share: MemoryShare | None = None) -> SandboxResult:
+            idle_limit: float | None = None, share: MemoryShare | None = None) -> SandboxResult:
         """Run ``argv`` in ``scratch`` (bound at its own path; cwd and HOME there).
 
         ``env`` is laid over the sandbox's defaults (PATH to the venv first, HOME,
@@ -452,6 +456,9 @@ class Sandbox:
         overrides ``limits.wall_seconds``; ``output_bytes`` overrides ``limits.output_bytes``.
         ``cpu_limit``: CPU seconds the run's processes may use together; the wall-clock
         timeout is then its backstop, and the reasons say which of the two stopped the run.
+        ``idle_limit``: seconds after which a run whose processes make no CPU progress while
+        they could run (``cpu_time.IdleWatch``: sleeping, waiting, stopped) is killed as hung
+        (``SandboxResult.hung``), long before a backstop would.
         ``read_only`` binds scratch read-only and mounts ``/tmp`` and ``/dev/shm`` read-only:
         the command can then write nowhere at all, so its processes cannot leave each other
         anything in files (the other isolation levels cannot do this; the unprivileged user
@@ -473,21 +480,21 @@ class Sandbox:
             tmp.mkdir(exist_ok=True)
             command = [*_unshare_prefix(), *_launcher_argv(self.limits, -1, argv)]
             return self._supervise(command, _environment(scratch, str(tmp), env), scratch,
-                                   None, timeout, stdin, output_bytes, cpu_limit, share)
+                                   None, timeout, stdin, output_bytes, cpu_limit, idle_limit, share)
         lease = _UidLease() if os.geteuid() == 0 else None
         try:
             uid = lease.uid if lease else None
             if self.isolation == "unprivileged-user":
                 assert uid is not None, "chosen only for a grader running as root"
                 return self._run_as_user(argv, scratch, uid, env, timeout, stdin, read_only, output_bytes,
-                                         cpu_limit, share)
+                                         cpu_limit, idle_limit, share)
             if uid is not None:
                 _give_to(scratch, uid)
             command = _bwrap_argv(self.limits, self.read_only_paths, scratch,
                                   -1 if uid is None else uid, argv, read_only)
             try:
                 return self._supervise(command, _environment(scratch, "/tmp", env), scratch,
-                                       uid, timeout, stdin, output_bytes, cpu_limit, share)
+                                       uid, timeout, stdin, output_bytes, cpu_limit, idle_limit, share)
             finally:
                 if uid is not None:
                     # Back to the grader before the uid is free: the next run on it may be at the
@@ -500,7 +507,7 @@ class Sandbox:
 
     def _run_as_user(self, argv: Sequence[str], scratch: Path, uid: int, env: Mapping[str, str] | None,
                      timeout: float, stdin: bytes | None, read_only: bool,
-                     output_bytes: int | None, cpu_limit: float | None,
+                     output_bytes: int | None, cpu_limit: float | None, idle_limit: float | None,
                      share: MemoryShare | None) -> SandboxResult:
         """The unprivileged-user level: no bwrap, the launcher drops to ``uid`` on the host."""
         tmp = scratch / ".tmp"
@@ -512,7 +519,7 @@ class Sandbox:
         command = [*_unshare_prefix(), *_launcher_argv(self.limits, uid, argv)]
         try:
             return self._supervise(command, _environment(scratch, str(tmp), env), scratch,
-                                   uid, timeout, stdin, output_bytes, cpu_limit, share)
+                                   uid, timeout, stdin, output_bytes, cpu_limit, idle_limit, share)
         finally:
             # Every process of the uid is gone. The next run on this uid is another
             # student's: it must find nothing of this one, in scratch or anywhere else.
@@ -521,7 +528,7 @@ class Sandbox:
 
     def _supervise(self, command: list[str], env: dict[str, str], scratch: Path, uid: int | None,
                    timeout: float, stdin: bytes | None, output_bytes: int | None,
-                   cpu_limit: float | None, share: MemoryShare | None) -> SandboxResult:
+                   cpu_limit: float | None, idle_limit: float | None, share: MemoryShare | None) -> SandboxResult:
         """Start ``command``, watch it, take its whole tree down, and report."""
         limits = self.limits
         output_cap = limits.output_bytes if output_bytes is None else output_bytes
@@ -541,7 +548,8 @@ class Sandbox:
 
         watch = _ExitWatch(proc.pid)
         share = share or MemoryShare()   # alone: a share of one run, its own peak
-        killed = timed_out = False
+        killed = timed_out = hung = False
+        idle = IdleWatch(idle_limit, _WATCH_INTERVAL) if idle_limit is not None else None
         peak = 0
         deadline = start + timeout
         next_disk_check = start
@@ -553,9 +561,14 @@ class Sandbox:
                                    else f"{backstop_message(timeout)}; killed")
                     break
                 pids = _sandbox_pids(uid, proc.pid)
-                if cpu_limit is not None and cpu_seconds(pids) > cpu_limit:
+                used = cpu_seconds(pids)
+                if cpu_limit is not None and used > cpu_limit:
                     timed_out = killed = True
                     stopped.append(f"{cpu_limit_message(cpu_limit)} (all its processes together); killed")
+                    break
+                if idle is not None and idle.hung(used, pids):
+                    hung = killed = True
+                    stopped.append(f"{idle_message(idle.limit)}; killed")
                     break
                 in_use = _memory_in_use(pids) + _tmpfs_in_use(pids)
                 peak = max(peak, in_use)
@@ -602,7 +615,7 @@ class Sandbox:
         return SandboxResult(returncode=returncode, stdout=out.text(), stderr=stderr,
                              timed_out=timed_out, wall_seconds=elapsed, stopped=stopped,
                              sandboxed=self.sandboxed, stdout_bytes=out.data(), started=start,
-                             peak_memory_bytes=peak)
+                             peak_memory_bytes=peak, hung=hung)
 
     def _explain(self, returncode: int | None, stderr: str) -> list[str]:
         """Readable reasons for the limits the command visibly ran into (best effort)."""

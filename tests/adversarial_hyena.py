@@ -148,6 +148,13 @@ def hang_in_one_function(t: Targets) -> nbformat.NotebookNode:
     return wrapped(t.master, "toeplitz_causal_conv", "while True:\n    pass", honest=False)
 
 
+@attack("retnet_mask", "notebook_runs")
+def sleep_in_one_function(t: Targets) -> nbformat.NotebookNode:
+    """The RetNet mask sleeps: it uses no CPU, so no CPU limit stops it; its cell and its cases
+    are stopped as hung after the idle limit, and neither stage is graded again."""
+    return wrapped(t.master, "retnet_decay_mask", "import time\ntime.sleep(3600)", honest=False)
+
+
 @attack("gla_mask", "notebook_runs")
 def exit_in_one_function(t: Targets) -> nbformat.NotebookNode:
     """The GLA mask kills its own process."""

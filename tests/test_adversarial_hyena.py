@@ -26,6 +26,7 @@ from grader.cli import make_sandbox
 from test_adversarial import LIMITS, OWN_FILES, SHARED, Listener, Snapshot, _sandbox_writes, snapshot
 
 ASSIGNMENT = Assignment("linear_attention_hyena")
+IDLE_TIMEOUT_S = 3   # no attack here waits on purpose but the sleeping one
 HONEST = "honest"
 
 
@@ -54,7 +55,7 @@ def _outputs(executed: Path) -> str:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> World:
-    rubric = ASSIGNMENT.rubric.with_limits(**LIMITS)
+    rubric = ASSIGNMENT.rubric.with_limits(**LIMITS, idle_timeout_s=IDLE_TIMEOUT_S)
     sandbox = make_sandbox(rubric.limits, allow_unsandboxed=False)
     root = tmp_path_factory.mktemp("adversarial-hyena")
     submissions, out_dir = root / "submissions", root / "out"
@@ -142,3 +143,15 @@ def test_a_hung_or_dead_function_is_reported_where_it_happened(world: World) -> 
     assert "used more than 2 CPU seconds" in hung or "hung or crashed" in hung, hung
     died = items_by_id(world.results["exit_in_one_function"])["gla_mask"]["output"]
     assert "exited with status 3" in died or "killed" in died, died
+
+
+def test_a_sleeping_function_is_stopped_as_hung_and_not_graded_again(world: World) -> None:
+    """Its cell and its probe cases are stopped after the idle limit, saying so, and neither
+    stage is retried (a wall-clock backstop would have been: a retry is for a starved machine)."""
+    result = world.results["sleep_in_one_function"]
+    hung = f"stopped as hung: it made no CPU progress for {IDLE_TIMEOUT_S} s"
+    items = items_by_id(result)
+    assert hung in items["retnet_mask"]["output"], items["retnet_mask"]["output"]
+    assert hung in items["notebook_runs"]["output"], items["notebook_runs"]["output"]
+    everything = json.dumps(result)
+    assert "graded again once" not in everything and "wall-clock backstop" not in everything, result["output"]

@@ -109,6 +109,24 @@ def test_the_synthetic_class_has_distinct_bytes_and_the_reference_code(tmp_path)
     assert changed[0][1] == changed[0][0] + "\n# bench submission 10"
 
 
+def test_the_sleeping_submission_sleeps_in_its_function_only():
+    """The bench's sleeper is the reference with one function redefined, last in its cell, to
+    sleep: every other cell is the reference's."""
+    import ast
+
+    import nbformat
+
+    from bench.run import CLASS_ASSIGNMENT, REPO, SLEEPING_FUNCTION, _sleeping_notebook
+
+    master = nbformat.read(REPO / "solutions" / CLASS_ASSIGNMENT / f"{CLASS_ASSIGNMENT}.ipynb", as_version=4)
+    asleep = _sleeping_notebook()
+    changed = [b.source for a, b in zip(master.cells, asleep.cells) if a.source != b.source]
+    assert len(asleep.cells) == len(master.cells) and len(changed) == 1
+    last = [node for node in ast.parse(changed[0]).body if isinstance(node, ast.FunctionDef)][-1]
+    assert last.name == SLEEPING_FUNCTION
+    assert "time.sleep(3600)" in ast.unparse(last)
+
+
 def test_the_edited_root_changes_one_tolerance_and_so_evaluation_only(tmp_path):
     from bench.run import CLASS_ASSIGNMENT, TOLERANCE_EDIT, _edited_root
     from grader import digests

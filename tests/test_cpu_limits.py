@@ -5,7 +5,10 @@ by the CPU limit however busy the machine is; only code that sleeps reaches a ba
 """
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -15,6 +18,7 @@ import pytest
 import yaml
 
 from grader.execute import ExecutionResult, execute_notebook
+from grader.harness.cpu_time import IdleWatch, read_process
 from grader.pipeline import SubmissionGrader
 from grader.rubric import Limits, RubricError, load_rubric
 from grader.sandbox import Sandbox
@@ -112,3 +116,132 @@ def test_the_backstop_factor_is_validated(tmp_path: Path, factor) -> None:
     (tmp_path / "rubric.yaml").write_text(yaml.safe_dump(raw))
     with pytest.raises(RubricError, match="wall_backstop_factor must be a number of at least 1"):
         load_rubric(tmp_path / "rubric.yaml")
+
+
+# ----------------------------------------------------------------------------- idle code
+
+IDLE = Limits(cell_timeout_s=30, notebook_timeout_s=300, idle_timeout_s=2)
+HUNG = "stopped as hung: it made no CPU progress for 2 s while it could have run (sleeping or waiting?)"
+
+
+def _recorded(cpu_per_reading: float, runnable_tenths: int, gap_every: int = 0, readings: int = 60) -> bool:
+    """Feed ``IdleWatch(5 s)`` a recorded pattern of readings 0.25 s apart, a thread runnable in
+    ``runnable_tenths`` of every ten (with a 2 s gap, a watcher that waited for a core, every
+    ``gap_every``): whether it ever says hung."""
+    watch, now, cpu = IdleWatch(5, 0.25), 0.0, 0.0
+    for n in range(readings):
+        now += 2.0 if gap_every and n % gap_every == gap_every - 1 else 0.25
+        cpu += cpu_per_reading
+        if watch.judge(now, cpu, lambda: n % 10 < runnable_tenths):
+            return True
+    return False
+
+
+# name -> (CPU seconds per 0.25 s reading, readings in ten with a runnable thread, gap every)
+MUST_CATCH = {"asleep": (0.0, 0, 0), "sleeps between short bursts": (0.005, 1, 0),
+              "blocked, woken now and then": (0.0, 3, 0)}
+MUST_LEAVE = {"busy": (0.25, 0, 0), "starved: runnable, hardly any CPU": (0.001, 10, 0),
+              "starved most of the time": (0.01, 7, 0), "busy a third of the time": (0.03, 0, 0),
+              "asleep, its watcher starved": (0.0, 0, 3)}
+
+
+def test_idle_is_told_from_starved_and_from_busy_on_recorded_readings() -> None:
+    caught = {name: _recorded(*pattern) for name, pattern in MUST_CATCH.items()}
+    left = {name: not _recorded(*pattern) for name, pattern in MUST_LEAVE.items()}
+    print(f"\nidle caught {sum(caught.values())}/{len(caught)}, honest left alone {sum(left.values())}/{len(left)}")
+    assert all(caught.values()) and all(left.values()), (caught, left)
+    # Not before the window is full: 5 s of readings 0.25 s apart is the 21st.
+    watch = IdleWatch(5, 0.25)
+    verdicts = [watch.judge(0.25 * n, 0.0, lambda: False) for n in range(22)]
+    assert verdicts.index(True) == 20, verdicts
+
+
+IDLE_PROGRAMS = {
+    "time.sleep": "import time; time.sleep(60)",
+    "a pipe nobody writes": "import os; r, w = os.pipe(); os.read(r, 1)",
+    "a lock nobody releases": "import threading; lock = threading.Lock(); lock.acquire(); lock.acquire()",
+    "stopped (SIGSTOP)": "import os, signal; os.kill(os.getpid(), signal.SIGSTOP)",
+    "a loop of short sleeps": "import time\nwhile True:\n    time.sleep(0.01)",
+    "a thread asleep, main joined": "import threading, time; t = threading.Thread(target=time.sleep, args=(60,)); "
+                                    "t.start(); t.join()",
+}
+SPIN_FOREVER = "while True:\n    pass"
+HONEST_PROGRAMS = {
+    "busy": SPIN_FOREVER,
+    "starved: nice 19 among spinners on every core": f"import os; os.nice(19)\n{SPIN_FOREVER}",
+    "a thread busy, main joined": "import threading\ndef spin():\n    while True:\n        pass\n"
+                                  "t = threading.Thread(target=spin); t.start(); t.join()",
+}
+
+
+def test_idle_processes_are_caught_and_busy_or_starved_ones_left_alone() -> None:
+    """Real processes watched side by side for twice the idle limit, while spinners keep every
+    core busy (so the nice-19 one is starved: runnable, hardly ever running)."""
+    spinners = [subprocess.Popen([sys.executable, "-c", SPIN_FOREVER]) for _ in range(2 * (os.cpu_count() or 1))]
+    watched = {name: subprocess.Popen([sys.executable, "-c", code])
+               for name, code in {**IDLE_PROGRAMS, **HONEST_PROGRAMS}.items()}
+    try:
+        time.sleep(0.5)   # started: the interpreter's own start is CPU
+        watches = {name: IdleWatch(2, 0.25) for name in watched}
+        hung_at: dict[str, float] = {}
+        started = time.monotonic()
+        while time.monotonic() - started < 4:
+            for name, process in watched.items():
+                found = read_process(process.pid)
+                cpu = found.cpu + found.reaped if found else 0.0
+                if name not in hung_at and watches[name].hung(cpu, [process.pid]):
+                    hung_at[name] = round(time.monotonic() - started, 2)
+            time.sleep(0.25)
+        shares = {name: round(read_process(p.pid).cpu / (time.monotonic() - started), 3)
+                  for name, p in watched.items()}
+    finally:
+        for process in [*spinners, *watched.values()]:
+            process.kill()
+            process.wait()
+    caught = {name: hung_at.get(name) for name in IDLE_PROGRAMS}
+    wrongly = {name: hung_at[name] for name in HONEST_PROGRAMS if name in hung_at}
+    print(f"\nidle caught {sum(v is not None for v in caught.values())}/{len(caught)} (seconds: {caught}); "
+          f"honest stopped {len(wrongly)}/{len(HONEST_PROGRAMS)}; CPU share of one core: {shares}")
+    assert None not in caught.values(), (caught, shares)
+    assert not wrongly, (wrongly, shares)
+
+
+def test_idle_cells_are_interrupted_as_hung_and_the_second_ends_the_run(sandbox: Sandbox, tmp_path: Path) -> None:
+    """A sleeping cell, then a lock nobody releases: each is interrupted after the idle limit
+    (no backstop, nothing to retry), the cell between runs, and the second idle cell ends the
+    run as the kernel's code keeps waiting."""
+    result = run_cells(sandbox, tmp_path, IDLE, "import time\ntime.sleep(600)", "a = 1",
+                       "import threading\nlock = threading.Lock()\nlock.acquire()\nlock.acquire()", "b = 2")
+    assert [run.status for run in result.cells] == ["timeout", "ok", "timeout", "not_run"], result.cells
+    for run in (result.cells[0], result.cells[2]):
+        assert run.error == f"CellTimeoutError: the cell was {HUNG}; it was interrupted", run.error
+    assert result.kernel == "hung" and not result.timed_out and result.backstop() is None
+
+
+def test_a_cell_that_ignores_the_interrupt_and_waits_is_killed(sandbox: Sandbox, tmp_path: Path) -> None:
+    result = run_cells(sandbox, tmp_path, IDLE, "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                       "time.sleep(600)", "c = 3")
+    assert [run.status for run in result.cells] == ["timeout", "not_run"], result.cells
+    assert HUNG in (result.cells[0].error or "")
+    assert result.kernel == "hung" and result.backstop() is None
+
+
+def test_a_run_that_stops_its_own_driver_is_killed_as_hung(sandbox: Sandbox, tmp_path: Path) -> None:
+    """The cell stops the driver watching it (SIGSTOP), then sleeps: nothing inside the sandbox
+    can act, and the sandbox kills the whole run once idle for three idle limits."""
+    result = run_cells(sandbox, tmp_path, IDLE, "import os, signal, time\nos.kill(os.getppid(), signal.SIGSTOP)\n"
+                       "time.sleep(600)")
+    assert result.stopped == ["stopped as hung: it made no CPU progress for 6 s while it could have run "
+                              "(sleeping or waiting?); killed"], result.stopped
+    assert result.kernel == "hung" and not result.timed_out and result.backstop() is None
+
+
+@pytest.mark.parametrize("seconds", [0.5, "thirty", False])
+def test_the_idle_limit_is_validated(tmp_path: Path, seconds) -> None:
+    raw = yaml.safe_load((ROOT / "rubrics" / "linear_attention.yaml").read_text())
+    raw["limits"]["idle_timeout_s"] = seconds
+    (tmp_path / "rubric.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(RubricError, match="idle_timeout_s must be a number of at least 1"):
+        load_rubric(tmp_path / "rubric.yaml")
+    with pytest.raises(RubricError, match="the limits given: idle_timeout_s must be a number of at least 1"):
+        load_rubric(ROOT / "rubrics" / "linear_attention.yaml").with_limits(idle_timeout_s=seconds)

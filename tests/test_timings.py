@@ -89,7 +89,7 @@ class ReportingSandbox:
     def __init__(self, report: bytes):
         self.report = report
 
-    def run(self, argv, *, scratch: Path, timeout, env, share, cpu_limit) -> SandboxResult:
+    def run(self, argv, *, scratch: Path, timeout, env, share, cpu_limit, idle_limit) -> SandboxResult:
         (scratch / "execute" / "results.json").write_bytes(self.report)
         vouched = f"G2C-FILE {hashlib.sha256(self.report).hexdigest()} results.json\n{DRIVER_DONE_LINE}\n"
         return SandboxResult(0, vouched, "", False, WALL, [], True, started=time.monotonic() - WALL)
@@ -120,7 +120,8 @@ class ProbeSandbox:
     def __init__(self, ready):
         self.ready = ready
 
-    def run(self, argv, *, scratch, timeout, stdin, read_only, output_bytes, share, cpu_limit) -> SandboxResult:
+    def run(self, argv, *, scratch, timeout, stdin, read_only, output_bytes, share, cpu_limit,
+            idle_limit) -> SandboxResult:
         started = time.monotonic() - WALL
         ready = started + self.ready if isinstance(self.ready, float) else self.ready
         frame = HARNESS.frame({"case": "import", "segment": None, "status": "error", "error": "no module",

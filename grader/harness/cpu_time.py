@@ -9,14 +9,20 @@ readings too, as long as whoever reaped them is in the tree; a zombie not reaped
 shows its own times. A process reparented out of the tree escapes, so the harnesses make
 themselves child subreapers: orphans come back to them.
 
+Code that sleeps or waits uses no CPU, so a CPU limit never stops it: :class:`IdleWatch`
+does, telling it apart from code starved by a busy machine by the states of its threads.
+
 Standard library only: this file is copied next to the harness scripts into the sandbox,
 where the ``grader`` package cannot be imported, and the sandbox imports it from here.
 """
 import os
-from typing import Iterable, List, NamedTuple, Optional
+import time
+from collections import deque
+from typing import Callable, Iterable, List, NamedTuple, Optional, Tuple
 
 TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
 BACKSTOP = "stopped by the wall-clock backstop"   # how every backstop message begins
+IDLE = "stopped as hung"                          # how every idle stop's message begins
 
 
 def cpu_limit_message(limit: float) -> str:
@@ -27,6 +33,11 @@ def cpu_limit_message(limit: float) -> str:
 def backstop_message(seconds: float) -> str:
     """What a wall-clock backstop's stop says (the code used little CPU: it slept or waited)."""
     return f"{BACKSTOP} after {seconds:g} s (sleeping or waiting?)"
+
+
+def idle_message(seconds: float) -> str:
+    """What an idle stop says (``IdleWatch``): the code waited, it was not starved."""
+    return f"{IDLE}: it made no CPU progress for {seconds:g} s while it could have run (sleeping or waiting?)"
 
 
 class Process(NamedTuple):
@@ -88,7 +99,7 @@ class ChildrenMeter:
         self.pid = os.getpid()
         self.start = self._total()
 
-    def _total(self) -> float:
+    def _total(self, pids: Optional[List[int]] = None) -> float:
         listed = processes()
         children: dict = {}
         for process in listed:
@@ -98,6 +109,8 @@ class ChildrenMeter:
         pending = list(children.get(self.pid, []))
         while pending:
             process = pending.pop()
+            if pids is not None:
+                pids.append(process.pid)
             total += process.cpu + process.reaped
             pending += children.get(process.pid, [])
         return total
@@ -106,3 +119,68 @@ class ChildrenMeter:
         """CPU seconds since the meter was made."""
         return self._total() - self.start
 
+    def reading(self) -> Tuple[float, List[int]]:
+        """CPU seconds since the meter was made, and the pids of the descendants it counted."""
+        pids: List[int] = []
+        return self._total(pids) - self.start, pids
+
+
+def runnable(pids: Iterable[int]) -> bool:
+    """Whether a thread of ``pids`` is running or waiting for a core (``R``), or for the disk
+    (``D``): such a process is not waiting on anything of its own choosing."""
+    for pid in pids:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/stat", "rb") as handle:
+                    stat = handle.read()
+            except OSError:
+                continue
+            if stat[stat.rfind(b")") + 2:][:1] in (b"R", b"D"):
+                return True
+    return False
+
+
+class IdleWatch:
+    """Tells code that waits (sleeps, blocks on a pipe or a lock nobody releases) from code that
+    a busy machine starves, from readings taken every ``interval`` seconds.
+
+    Processes are *hung* when, over the last ``limit`` seconds, they used under
+    ``CPU_SHARE`` of one core and a thread of theirs was runnable in under half of the
+    readings. A starved process is runnable (state ``R``: it waits for a core, however long
+    the machine's run queue is), so load never makes it hung; a process that sleeps between
+    short bursts is runnable only during them. A reading that comes late (the watcher itself
+    waited for a core that long) restarts the window: the machine was too busy to tell.
+    """
+
+    CPU_SHARE = 0.1
+    LATE_FACTOR = 4   # a reading this many intervals after the previous one comes late
+
+    def __init__(self, limit: float, interval: float) -> None:
+        self.limit, self.interval = limit, interval
+        self._readings: deque = deque()   # (monotonic time, CPU seconds, runnable)
+
+    def hung(self, cpu: float, pids: Iterable[int], now: Optional[float] = None) -> bool:
+        """Record a reading (``cpu``: the processes' CPU seconds so far, ``pids``: who they are
+        now); whether they have been hung for ``limit`` seconds."""
+        return self.judge(time.monotonic() if now is None else now, cpu, lambda: runnable(pids))
+
+    def judge(self, now: float, cpu: float, is_runnable: Callable[[], bool]) -> bool:
+        """``hung`` on a reading taken at ``now``; ``is_runnable`` is asked only when the CPU
+        alone does not show the processes at work."""
+        readings = self._readings
+        if readings and now - readings[-1][0] > self.LATE_FACTOR * self.interval:
+            readings.clear()
+        busy = bool(readings) and cpu - readings[-1][1] > self.CPU_SHARE * (now - readings[-1][0])
+        readings.append((now, cpu, busy or is_runnable()))
+        while len(readings) > 1 and now - readings[1][0] >= self.limit:
+            readings.popleft()   # keep one reading at or before the window's start
+        start, first_cpu, _ = readings[0]
+        span = now - start
+        if span < self.limit:
+            return False
+        waiting = sum(1 for _, _, running in readings if not running)
+        return cpu - first_cpu < self.CPU_SHARE * span and 2 * waiting > len(readings)

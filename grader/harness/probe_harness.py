@@ -362,22 +362,27 @@ def describe_exit(status):
     return f"the process running your code exited with status {os.WEXITSTATUS(status)}"
 
 
-def receive(fd, pid, meter, cpu_limit, backstop, spent=0.0):
+def receive(fd, pid, meter, cpu_limit, backstop, idle_limit, spent=0.0):
     """(message buffer | None, why there is none, timed out) from the worker ``pid``, stopped
     once ``meter`` (its processes' CPU) passes ``cpu_limit`` seconds over ``spent`` (what its
-    earlier cases used), or after ``backstop`` wall-clock seconds."""
+    earlier cases used), once they make no CPU progress for ``idle_limit`` seconds while they
+    could run, or after ``backstop`` wall-clock seconds."""
     head, buffer, got, status = bytearray(), None, 0, None
     deadline = time.monotonic() + backstop
     next_reading = time.monotonic() + CPU_POLL_S
+    idle = cpu_time.IdleWatch(idle_limit, CPU_POLL_S)
     while buffer is None or got < _len(buffer):
         now = time.monotonic()
         if now >= deadline:
             return None, cpu_time.backstop_message(backstop), True
         if now >= next_reading:
             next_reading = now + CPU_POLL_S
-            if meter.used() - spent > cpu_limit:
+            used, pids = meter.reading()
+            if used - spent > cpu_limit:
                 return None, f"stopped: the process running your code {cpu_time.cpu_limit_message(cpu_limit)} " \
                              "(endless loop?)", True
+            if idle.hung(used, pids, now):
+                return None, cpu_time.idle_message(idle_limit), True
         ready, _, _ = select.select([fd], [], [], min(deadline - now, 0.1))
         if ready:
             if buffer is None:
@@ -544,7 +549,7 @@ class Supervisor:
                 _close(held.in_write)   # its only case: the worker exits once it has answered
                 held.in_write = -1
             answer = receive(held.out_read, held.pid, held.meter, self.plan["case_timeout"],
-                             self.plan["case_backstop"], spent)
+                             self.plan["case_backstop"], self.plan["idle_timeout"], spent)
         except BaseException:
             self.end_worker(held)
             raise

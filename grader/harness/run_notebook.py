@@ -8,9 +8,12 @@ watchdog still leaves what was done.
 A cell's limit is in CPU seconds, summed over the kernel and everything it started
 (``cpu_time.ChildrenMeter``; this driver is their subreaper, so orphans are counted too): past
 it the kernel is interrupted, and killed if it keeps using CPU. nbclient's own per-cell
-timeout is the wall-clock backstop, for cells that sleep or wait. A cell stopped either way is
-recorded as a timeout that says which limit it reached; a second timeout in a row, or a dead
-kernel, ends execution.
+timeout is the wall-clock backstop. A cell whose processes make no CPU progress while they could
+run (``cpu_time.IdleWatch``: sleeping, or waiting on something that never comes) for
+``idle_timeout`` seconds is interrupted as hung long before that. A cell stopped any of these
+ways is recorded as a timeout that says which limit it reached; a second timeout in a row, a
+dead kernel, or ``idle_cells_give_up`` cells stopped as hung end execution. The answer export
+runs student code too (a ``tolist`` of its own), under the same watch.
 
 The kernel runs student code as the same user as this driver, so it can rewrite any file
 here. The driver therefore vouches for what it writes on a channel the kernel cannot reach:
@@ -45,8 +48,12 @@ CPU_POLL_S = 0.25       # seconds between two readings of a running cell's CPU
 # CPU seconds an interrupted cell may still use before its kernel is killed: its own limit again,
 # at most 10 (enough for a KeyboardInterrupt handler; a small limit ends a loop ignoring SIGINT sooner).
 KILL_AFTER_CPU_S = min(10, PLAN["cell_timeout"])
+# Seconds an interrupted cell may stay idle before its kernel is killed (a KeyboardInterrupt
+# handler needs CPU; one that waits on instead ignores the interrupt).
+KILL_AFTER_IDLE_S = min(10, PLAN["idle_timeout"])
 CPU_STOP = f"the cell {cpu_time.cpu_limit_message(PLAN['cell_timeout'])} and was interrupted"
 BACKSTOP_STOP = f"the cell was {cpu_time.backstop_message(PLAN['cell_backstop'])}"
+IDLE_STOP = f"the cell was {cpu_time.idle_message(PLAN['idle_timeout'])}; it was interrupted"
 
 
 class LimitedClient(NotebookClient):
@@ -71,26 +78,33 @@ class LimitedClient(NotebookClient):
 
 
 class CellWatch(threading.Thread):
-    """Watches the CPU seconds one cell uses: past the limit the kernel is interrupted, and
-    killed if it goes on (it ignores the interrupt). Reaps the orphans this driver inherits,
-    so that their CPU stays counted and they do not pile up as zombies."""
+    """Watches one cell's processes: past its CPU limit, or idle for ``idle_timeout`` seconds,
+    the kernel is interrupted (``stop`` says which), and killed if it goes on (it ignores the
+    interrupt). Reaps the orphans this driver inherits, so that their CPU stays counted and
+    they do not pile up as zombies."""
 
     def __init__(self, kernel):
         super().__init__(daemon=True)
         self.kernel = kernel   # the kernel's provisioner: its pid and process group
         self.meter = cpu_time.ChildrenMeter()
+        self.idle = cpu_time.IdleWatch(PLAN["idle_timeout"], CPU_POLL_S)
         self.finished = threading.Event()
-        self.exceeded = self.killed = False
+        self.stop_reason = None   # CPU_STOP or IDLE_STOP once the cell is interrupted
+        self.killed = False
         self.start()
 
     def run(self):
+        used_at_stop = 0.0
         while not self.finished.wait(CPU_POLL_S):
-            used = self.meter.used()
+            used, pids = self.meter.reading()
             reap_orphans(self.kernel.pid)
-            if not self.exceeded and used > PLAN["cell_timeout"]:
-                self.exceeded = True
+            hung = self.idle.hung(used, pids)
+            if self.stop_reason is None and (used > PLAN["cell_timeout"] or hung):
+                self.stop_reason, used_at_stop = (IDLE_STOP if hung else CPU_STOP), used
+                # A fresh window: the interrupted cell is killed if it stays idle this long.
+                self.idle = cpu_time.IdleWatch(KILL_AFTER_IDLE_S, CPU_POLL_S)
                 self.signal(signal.SIGINT)
-            elif self.exceeded and used > PLAN["cell_timeout"] + KILL_AFTER_CPU_S:
+            elif self.stop_reason is not None and (used > used_at_stop + KILL_AFTER_CPU_S or hung):
                 self.killed = True
                 self.signal(signal.SIGKILL)
                 return
@@ -129,6 +143,10 @@ def cell_error(cell):
     return None
 
 
+class ExportStopped(Exception):
+    """The answer export was stopped by its watch (its message says why)."""
+
+
 def export_answers(client, index):
     """Dump the declared answer variables to JSON from inside the kernel."""
     code = (
@@ -145,10 +163,14 @@ def export_answers(client, index):
     # nbclient writes a cell's outputs back into the notebook by index, so the export cell must
     # be one of its cells while it runs (an output from it would otherwise raise IndexError).
     client.nb.cells.append(nbformat.v4.new_code_cell(code))
+    watch = CellWatch(client.km.provisioner)
     try:
         client.execute_cell(client.nb.cells[-1], index, store_history=False)
     finally:
+        watch.stop()
         client.nb.cells.pop()
+    if watch.stop_reason:
+        raise ExportStopped(watch.stop_reason)
 
 
 def report(line):
@@ -201,7 +223,7 @@ def main():
         kernel_starting = time.monotonic()
         with client.setup_kernel():
             timings["kernel_start"] = round(time.monotonic() - kernel_starting, 3)
-            previous_timed_out = False
+            previous_timed_out, idle_cells = False, 0
             for index, cell in enumerate(notebook.cells):
                 if cell.cell_type != "code":
                     continue
@@ -228,19 +250,25 @@ def main():
                 cpu_seconds = watch.stop()
                 record["seconds"] = round(time.monotonic() - started, 3)
                 error = cell_error(cell)
-                if watch.exceeded or (record["status"] == "ok" and cpu_seconds > PLAN["cell_timeout"]):
+                if watch.stop_reason:
+                    record.update(status="timeout", ename="CellTimeoutError", evalue=watch.stop_reason)
+                elif record["status"] == "ok" and cpu_seconds > PLAN["cell_timeout"]:
                     record.update(status="timeout", ename="CellTimeoutError", evalue=CPU_STOP)
                 elif record["status"] == "ok" and record["seconds"] >= PLAN["cell_backstop"]:
                     record.update(status="timeout", ename="CellTimeoutError", evalue=BACKSTOP_STOP)
                 elif record["status"] == "ok" and error:
                     record.update(status="error", ename=error[0], evalue=error[1])
-                if record["status"] == "timeout" and previous_timed_out:  # the interrupt did not free the kernel
+                idle_cells += watch.stop_reason == IDLE_STOP
+                # The interrupt did not free the kernel, or its code keeps waiting.
+                if record["status"] == "timeout" and previous_timed_out or idle_cells >= PLAN["idle_cells_give_up"]:
                     state["kernel"] = "hung"
                 previous_timed_out = record["status"] == "timeout"
                 save()
             if state["kernel"] == "ok":
                 try:
                     export_answers(client, len(notebook.cells))
+                except ExportStopped as exc:
+                    state["kernel"] = f"answer export failed: {exc}"
                 except Exception as exc:  # the kernel may die here too; answers are then missing
                     state["kernel"] = f"answer export failed: {type(exc).__name__}"
             save()
