@@ -27,7 +27,7 @@ from grader.report.export import ExportError, export_canvas
 from grader.report.overrides import OverrideError, apply_overrides
 from grader.report.pages import RELEASES, SUMMARY_PAGE, load_matplotlib, release_state, write_pages
 from grader.report.results import read_results, write_gradebook
-from grader.report.terminal import print_scores
+from grader.report.terminal import print_scores, say
 from grader.rubric import Limits, Rubric, RubricError
 from grader.sandbox import Limits as SandboxLimits
 from grader.sandbox import ISOLATION_LEVELS, Sandbox, SandboxUnavailable
@@ -51,7 +51,7 @@ def _cmd_assign(args: argparse.Namespace) -> int:
     except (ValueError, RubricError) as exc:
         raise CommandError(str(exc)) from exc
     for path in written:
-        print(f"wrote {path}")
+        say(f"wrote {path}")
     return 0
 
 
@@ -89,7 +89,7 @@ def make_sandbox(limits: Limits, allow_unsandboxed: bool, isolation: str = "auto
         raise CommandError(f"the sandbox cannot run here: {exc}. Install bubblewrap (make install does, "
                            "as root) or pass --allow-unsandboxed to run student code WITHOUT isolation") from exc
     if sandbox.isolation != "bubblewrap":
-        print(sandbox.note, file=sys.stderr)
+        say(sandbox.note, sys.stderr)
     return sandbox
 
 
@@ -112,37 +112,37 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     before = {r.submission_id: r for r in read_results(out_dir)}
     on = (f"on the Dask scheduler at {args.scheduler}" if args.scheduler else
           f"with {args.workers} {'Dask worker processes' if executor else 'workers'}")
-    print(f"grading {len(submissions)} submissions of {assignment.name} into {out_dir} {on}", file=sys.stderr)
+    say(f"grading {len(submissions)} submissions of {assignment.name} into {out_dir} {on}", sys.stderr)
     try:
         outcome = grade_batch(submissions, assignment, sandbox, rubric, out_dir, args.workers, executor=executor,
                               meanwhile=load_matplotlib)
     except BatchInterrupted as stopped:   # nothing is left running; what was graded is written
-        print(f"grader: {stopped}", file=sys.stderr)
+        say(f"grader: {stopped}", sys.stderr)
         return stopped.exit_status
     except BatchError as exc:
         raise CommandError(f"{exc} (the results written so far are kept)") from exc
     if args.llm_guard and args.llm == "off":
-        print("--llm-guard asks the model, and --llm is off: no second opinion was asked "
-              "(the grader's own detector still flagged what it recognizes)", file=sys.stderr)
+        say("--llm-guard asks the model, and --llm is off: no second opinion was asked "
+            "(the grader's own detector still flagged what it recognizes)", sys.stderr)
     if args.llm != "off":
         overrides = {"model": args.llm_model, "max_tokens": args.llm_max_tokens, "concurrency": args.llm_concurrency,
                      "max_retries": args.llm_retries}
         llm = replace(rubric.llm, **{k: v for k, v in overrides.items() if v is not None})
         written = grade_written(out_dir, outcome.results, assignment, replace(rubric, llm=llm), args.llm,
                                 args.llm_budget, guard=args.llm_guard)
-        print(written.note, file=sys.stderr)
+        say(written.note, sys.stderr)
     try:
         for line in apply_overrides(outcome.results, out_dir):
-            print(f"override: {line}", file=sys.stderr)
+            say(f"override: {line}", sys.stderr)
     except OverrideError as exc:
-        print(f"grader: {exc}", file=sys.stderr)
+        say(f"grader: {exc}", sys.stderr)
     for change in record_changes(out_dir, before, outcome.results):
-        print(f"score changed: {change['submission_id']} {change['old_total']:g} -> {change['new_total']:g}",
-              file=sys.stderr)
+        say(f"score changed: {change['submission_id']} {change['old_total']:g} -> {change['new_total']:g}",
+            sys.stderr)
     _write_outputs(out_dir, outcome.results, release)
     if outcome.internal_errors:
-        print(f"{outcome.internal_errors} submissions hit an internal grader error (tracebacks in "
-              f"{out_dir}/<id>/{GRADER_ERRORS}; rerunning regrades them)", file=sys.stderr)
+        say(f"{outcome.internal_errors} submissions hit an internal grader error (tracebacks in "
+            f"{out_dir}/<id>/{GRADER_ERRORS}; rerunning regrades them)", sys.stderr)
         return 2
     return 0
 
@@ -160,8 +160,8 @@ def _write_outputs(out_dir: Path, results: list[GradeResult], release: str) -> N
     write_gradebook(out_dir, results)
     write_pages(out_dir, results, release)
     print_scores(results, sys.stdout)
-    print(f"\nresults: {out_dir}/<id>/results.json and report.html; gradebook: {out_dir}/gradebook.csv; "
-          f"for TAs: {out_dir}/{SUMMARY_PAGE}; released to students: {release} (--release changes it)")
+    say(f"\nresults: {out_dir}/<id>/results.json and report.html; gradebook: {out_dir}/gradebook.csv; "
+        f"for TAs: {out_dir}/{SUMMARY_PAGE}; released to students: {release} (--release changes it)")
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -175,7 +175,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     except OverrideError as exc:
         raise CommandError(str(exc)) from exc
     for line in log:
-        print(f"override: {line}")
+        say(f"override: {line}")
     _write_outputs(out_dir, results, release)
     return 0
 
@@ -190,13 +190,13 @@ def _cmd_export(args: argparse.Namespace) -> int:
         outcome = export_canvas(results, Path(args.roster), args.column, target)
     except ExportError as exc:
         raise CommandError(str(exc)) from exc
-    print(f"wrote {outcome.path}: {outcome.exported} students")
+    say(f"wrote {outcome.path}: {outcome.exported} students")
     for label, ids in (("graded but not in the roster (not exported)", outcome.not_in_roster),
                        ("in the roster without a submission (left empty)", outcome.no_submission),
                        (f"of {outcome.exported} exported totals still wait for review of written answers "
                         "(exported as their graded points; export again after review)", outcome.pending_review)):
         if ids:
-            print(f"{len(ids)} {label}: {', '.join(ids)}", file=sys.stderr)
+            say(f"{len(ids)} {label}: {', '.join(ids)}", sys.stderr)
     return 0
 
 
@@ -208,7 +208,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         report = calibrate(assignment, rubric, samples, Path(args.out), args.llm)
     except RubricError as exc:
         raise CommandError(str(exc)) from exc
-    print(report_table(report))
+    say(report_table(report))
     return 0
 
 
@@ -216,7 +216,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     assignment, rubric = _assignment(args)
     sandbox = make_sandbox(rubric.limits, args.allow_unsandboxed, args.isolation, hidden_paths(assignment))
     report = validate(assignment, sandbox, rubric)
-    print(report.text)
+    say(report.text)
     return 0 if report.ok else 1
 
 
@@ -248,7 +248,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         data = read_file(notebook.resolve(), notebook.resolve().parent, int(limits.notebook_max_mib * 2**20),
                          str(notebook))
     except Refused as exc:
-        print(f"grader: {exc}", file=sys.stderr)
+        say(f"grader: {exc}", sys.stderr)
         return 1
     sandbox = make_sandbox(limits, args.allow_unsandboxed, args.isolation, hidden_paths(assignment))
     with tempfile.TemporaryDirectory(prefix="g2c-check-") as tmp:
@@ -265,10 +265,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
         command = [sys.executable, str(scratch / name / CHECK_SCRIPT), str(copy),
                    *(["--run"] if args.run_notebook else [])]
         result = sandbox.run(command, scratch=scratch, env={"TMPDIR": str(scratch / "tmp")})
-    sys.stdout.write(result.stdout)
-    sys.stderr.write(result.stderr)
+    say(result.stdout, end="")
+    say(result.stderr, sys.stderr, end="")
     for reason in result.stopped:
-        print(f"grader: the sandbox stopped {CHECK_SCRIPT}: {reason}", file=sys.stderr)
+        say(f"grader: the sandbox stopped {CHECK_SCRIPT}: {reason}", sys.stderr)
     return 0 if result.returncode == 0 else 1
 
 
@@ -315,7 +315,7 @@ def _cmd_gradescope_bundle(args: argparse.Namespace) -> int:
         names = write_bundle(Assignment(args.assignment), target)
     except ValueError as exc:
         raise CommandError(str(exc)) from exc
-    print(f"wrote {target} ({len(names)} files): upload it as the assignment's Gradescope autograder")
+    say(f"wrote {target} ({len(names)} files): upload it as the assignment's Gradescope autograder")
     return 0
 
 
@@ -436,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args)
     except CommandError as exc:
-        print(f"grader: {exc}", file=sys.stderr)
+        say(f"grader: {exc}", sys.stderr)
         return 2
 
 

@@ -122,6 +122,32 @@ def model_only(master: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return notebook
 
 
+# What a student may write to make a TA's terminal act, one class of control each, and what a
+# terminal must show instead: the text around it (tests of grader.report.terminal.plain and of
+# check.py's copy of it).
+TERMINAL_ATTACKS = {
+    "osc52_clipboard_bel": ("\x1b]52;c;cm0gLXJmIH4=\x07copied", "copied"),
+    "osc52_clipboard_st": ("\x1b]52;c;cm0gLXJmIH4=\x1b\\copied", "copied"),
+    "osc0_title": ("\x1b]0;pwned\x07title", "title"),
+    "osc_unterminated": ("text\x1b]0;pwned", "text"),
+    "csi_clear_screen": ("\x1b[2J\x1b[Hcleared", "cleared"),
+    "csi_green": ("\x1b[32mgreen\x1b[0m", "green"),
+    "dcs_tmux_passthrough": ("\x1bPtmux;\x1b\x1b]52;c;eA==\x07\x1b\\after", "after"),
+    "two_char_reset": ("\x1bcreset \x1b7saved\x1b8", "reset saved"),
+    "lone_esc": ("a\x1b", "a"),
+    "carriage_return_overwrite": ("NOT READY\r\x1b[32mREADY: all checks passed", "NOT READYREADY: all checks passed"),
+    "c0_controls": ("a\x00b\x07c\x08d\x0be\x0cf\x1fg", "abcdefg"),
+    "del": ("a\x7fb", "ab"),
+    "c1_8bit_csi": ("\x9b2Jcleared", "2Jcleared"),
+    "c1_controls": ("\x80a\x85b\x9dc\x9f", "abc"),
+    "bidi_override": ("invoice\u202egpj.exe\u202c", "invoicegpj.exe"),
+    "bidi_isolates_and_marks": ("\u2066a\u2067b\u2068c\u2069\u200ed\u200fe\u061cf", "abcdef"),
+}
+# Text a terminal shows as it is, which the sanitizer must leave alone.
+HONEST_TEXT = ("naïve café, Ωμέγα, 中文, עברית, العربية", "columns\tby\ttabs\nand lines\n",
+               "emoji 🎉 👩\u200d💻 (the joiner stays)", "[bold]markup[/bold] and [31m are text", "")
+
+
 # The test files that use ``batch``: ``make test``'s two test processes run them in one, so that
 # the batch is graded once (see pytest_xdist_make_scheduler).
 SHARING_THE_BATCH = ("test_grading.py", "test_hostile_inputs.py", "test_pages.py", "test_timings.py")

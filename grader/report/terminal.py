@@ -1,4 +1,6 @@
-"""What the terminal shows: progress of long runs and the closing score table (rich).
+"""What the terminal shows: ``plain`` text (no escape sequences or control characters from
+anything a student wrote, here and in each check.py), progress of long runs and the closing
+score table (rich).
 
 On a terminal, progress is one live bar with a line printed above it per finished
 submission; in a log (CI, a file) rich draws no bar and the per-submission lines remain, so a
@@ -7,6 +9,7 @@ long batch is readable either way.
 from __future__ import annotations
 
 import re
+import sys
 from types import TracebackType
 from typing import TextIO
 
@@ -18,17 +21,27 @@ from rich.table import Table
 from grader.score import GradeResult
 
 
-# What a terminal acts on: escape sequences first (whole), then C0 controls but newline, DEL, C1
-# controls, and the bidirectional controls that reorder what a TA reads.
-_ESCAPES = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|[@-Z\\-_])")
-_CONTROLS = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# BEGIN plain: `grader assign` copies this block, as it is, into each check.py (a test compares
+# the copies), so it needs nothing but `re`.
+# What a terminal acts on: escape sequences first, whole (CSI; the string sequences OSC, DCS,
+# SOS, PM and APC to their BEL or ST terminator; two-character ones), then every control left,
+# a lone ESC among them: C0 but newline and tab (carriage return overwrites a line), DEL, C1
+# (U+009B is an 8-bit CSI) and the bidirectional controls that reorder what a reader sees.
+_ESCAPES = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|[\]PX^_][^\x07\x1b]*(\x07|\x1b\\)?|[0-Z\\`-~])")
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def plain(text: str) -> str:
-    """``text`` without escape sequences or control characters (newlines stay): for anything a
-    student may have written, before a terminal shows it (``markup(plain(text))`` where rich
-    reads markup)."""
+    """``text`` without escape sequences or control characters (newlines and tabs stay): for
+    anything a student may have written, before a terminal shows it."""
     return _CONTROLS.sub("", _ESCAPES.sub("", text))
+# END plain
+
+
+def say(text: str, stream: TextIO | None = None, end: str = "\n") -> None:
+    """Print ``plain(text)`` to ``stream`` (standard output when None, looked up at the call):
+    the command line's one way to the terminal. Where rich reads markup, ``escape`` it too."""
+    print(plain(text), file=stream or sys.stdout, end=end)
 
 
 class RunProgress:
