@@ -7,7 +7,8 @@ with the same cell ids (the grader matches cells by id), replaces solution block
 ``check.py``, the pre-submission check students run beside the notebook, is
 ``check_template.py`` with its ``SPEC`` filled in from the student notebook, the rubric and the
 public tests: the scaffold symbols, the provided cells' source, fingerprints of the questions,
-the size and time limits, grading's environment and the modules each part needs. It is
+the size and time limits, grading's environment and the modules each part needs; and with the
+grader's own terminal sanitizer (``grader.report.terminal.plain``, copied as it is). It is
 generated output, never edited by hand, so it follows the notebooks whenever they change.
 """
 from __future__ import annotations
@@ -27,11 +28,14 @@ import nbformat
 from grader import cells
 from grader.assignment import Assignment
 from grader.execute import GRADING_ENV
+from grader.report import terminal
 
 TODO_DEFAULT = "your code here"
 CHECK_SCRIPT = "check.py"
 CHECK_TEMPLATE = Path(__file__).with_name("check_template.py")
 SPEC_LINE = "SPEC: Dict[str, Any] = {}  # the assignment's data: `grader assign` writes it here\n"
+PLAIN_LINE = "# `grader assign` writes grader/report/terminal.py's `plain` here\n"
+PLAIN_BLOCK = ("# BEGIN plain", "# END plain\n")   # the first and last line of that block in terminal.py
 PUBLIC_TESTS = "tests"          # the public tests' folder beside the student notebook, when there are any
 NOTEBOOK_ENV = "NOTEBOOK_ENV"   # the conftest constant naming the variable that selects the notebook
 RUN_MODULES = ("nbformat", "nbclient", "ipykernel")   # what check.py --run needs to run a notebook
@@ -166,13 +170,26 @@ def check_spec(assignment: Assignment, student: nbformat.NotebookNode) -> dict[s
     }
 
 
+def plain_source() -> str:
+    """The source of the grader's terminal sanitizer, ``terminal.plain`` and its patterns, from
+    the ``PLAIN_BLOCK`` lines of terminal.py (included): what check.py carries."""
+    text = Path(terminal.__file__).read_text(encoding="utf-8")
+    begin, end = PLAIN_BLOCK
+    if text.count(begin) != 1 or text.count(end) != 1:
+        raise ValueError(f"{terminal.__file__} must hold the lines {begin!r} and {end!r} exactly once")
+    return text[text.index(begin):text.index(end) + len(end)]
+
+
 def check_script(spec: dict[str, Any]) -> str:
-    """check.py's source: the template with ``spec`` in place of its empty ``SPEC``."""
+    """check.py's source: the template with ``spec`` in place of its empty ``SPEC`` and the
+    terminal sanitizer in place of its ``PLAIN_LINE``."""
     template = CHECK_TEMPLATE.read_text(encoding="utf-8")
-    if template.count(SPEC_LINE) != 1:
-        raise ValueError(f"{CHECK_TEMPLATE} must hold the line {SPEC_LINE!r} exactly once")
+    for line in (SPEC_LINE, PLAIN_LINE):
+        if template.count(line) != 1:
+            raise ValueError(f"{CHECK_TEMPLATE} must hold the line {line!r} exactly once")
     data = pprint.pformat(spec, width=110, sort_dicts=False)
-    return template.replace(SPEC_LINE, f"SPEC: Dict[str, Any] = {data}  # written by `grader assign`\n")
+    return (template.replace(PLAIN_LINE, plain_source())
+            .replace(SPEC_LINE, f"SPEC: Dict[str, Any] = {data}  # written by `grader assign`\n"))
 
 
 def write_student_files(master_path: Path, target: Path) -> list[Path]:

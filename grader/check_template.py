@@ -40,6 +40,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -49,7 +50,7 @@ import xml.etree.ElementTree as ElementTree
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, TextIO, Tuple
 
 SPEC: Dict[str, Any] = {}  # the assignment's data: `grader assign` writes it here
 
@@ -58,6 +59,24 @@ DEFAULT_NOTEBOOK = HERE / SPEC.get("notebook", "notebook.ipynb")
 NOTEBOOK_MAX_BYTES = SPEC.get("max_bytes", 0)
 TESTS_TIMEOUT_S = 600
 KERNEL = "python3"                    # the kernel the grader runs notebooks with
+
+# `grader assign` writes grader/report/terminal.py's `plain` here
+
+
+class PlainStream:
+    """A text stream that writes ``plain`` text to ``stream``: what the check quotes from the
+    notebook (a cell's first line, an error message) reaches the terminal as text, never as a
+    command to it (clipboard, window title, a cleared screen, a line written over)."""
+
+    def __init__(self, stream: TextIO):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(plain(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:   # flush, fileno, encoding, ...: the stream's own
+        return getattr(self._stream, name)
 
 
 def fingerprint(text: str) -> str:
@@ -538,7 +557,9 @@ def run_notebook(findings: Findings) -> NotebookRun:
             resources={"metadata": {"path": work}})
         started = time.monotonic()
         try:
-            with client.setup_kernel(env=env):
+            # The kernel's own stdout and stderr off the terminal: a cell's os.write(1, ...) would
+            # reach it unfiltered (what cells print comes back as their outputs anyway).
+            with client.setup_kernel(env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
                 previous_timed_out = False
                 for at, cell in enumerate(notebook.cells):
                     if cell.cell_type != "code":
@@ -765,4 +786,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
+    # Everything printed goes out plain, argparse's messages and a traceback included: they may
+    # quote the notebook.
+    sys.stdout, sys.stderr = PlainStream(sys.stdout), PlainStream(sys.stderr)
     sys.exit(main())

@@ -11,11 +11,12 @@ import nbformat
 import pytest
 
 from grader import cells, cli
-from grader.assign import (CHECK_SCRIPT, CHECK_TEMPLATE, SPEC_LINE, blank_answer, check_spec, strip_solutions,
-                           student_notebook, write_student_files)
+from grader.assign import (CHECK_SCRIPT, CHECK_TEMPLATE, PLAIN_LINE, SPEC_LINE, blank_answer, check_spec,
+                           strip_solutions, student_notebook, write_student_files)
 from grader.assignment import Assignment
+from grader.report import terminal
 
-from conftest import ROOT
+from conftest import HONEST_TEXT, ROOT, TERMINAL_ATTACKS
 
 ASSIGNMENTS = sorted(p.stem for p in (ROOT / "rubrics").glob("*.yaml") if not p.stem.endswith("_calibration"))
 
@@ -137,9 +138,28 @@ def _with_master(assignment: Assignment, master: nbformat.NotebookNode) -> Assig
     return clone
 
 
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_check_py_carries_the_graders_own_sanitizer(name):
+    """check.py cannot import the grader, so `grader assign` copies terminal.py's sanitizer into
+    it: the same lines, from `# BEGIN plain` to `# END plain`, doing the same on hostile text."""
+    def block(path: Path) -> str:
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        begin = next(i for i, line in enumerate(lines) if line.startswith("# BEGIN plain"))
+        end = next(i for i, line in enumerate(lines) if line == "# END plain\n")
+        return "".join(lines[begin:end + 1])
+
+    check_py = ROOT / "assignments" / name / CHECK_SCRIPT
+    copy = block(check_py)
+    assert copy == block(Path(terminal.__file__)) and "def plain(text: str) -> str:" in copy
+    namespace = {}
+    exec(compile("import re\n" + copy, str(check_py), "exec"), namespace)   # the copy alone, on `re` only
+    for text in [hostile for hostile, _ in TERMINAL_ATTACKS.values()] + list(HONEST_TEXT):
+        assert namespace["plain"](text) == terminal.plain(text), repr(text)
+
+
 def test_the_template_has_one_spec_line_and_names_no_assignment():
     text = CHECK_TEMPLATE.read_text()
-    assert text.count(SPEC_LINE) == 1
+    assert text.count(SPEC_LINE) == 1 and text.count(PLAIN_LINE) == 1
     assert all(name not in text for name in ASSIGNMENTS)
 
 
