@@ -6,7 +6,8 @@ question fingerprints, limits). These tests keep the two from drifting: on a set
 broken notebooks of each assignment, check.py must reach the grader's own verdicts (load.py,
 execute.py's provided-cell replacement, score.py's blank answers); it must name each missing
 module in one line; and ``--run`` must report the cells that raise as grading runs them. The
-end-to-end runs start together, each in a fresh interpreter, and cost a few seconds in all.
+end-to-end runs start together, each in a fresh interpreter, and cost a few seconds in all; on a
+pseudo-terminal, no control character a notebook writes reaches the terminal.
 (tests/test_assign.py fails when a committed check.py is not what ``grader assign`` writes.)
 """
 from __future__ import annotations
@@ -17,10 +18,15 @@ import importlib.util
 import json
 import os
 import re
+import select
 import shutil
+import signal
 import subprocess
 import sys
+import termios
 import textwrap
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 
@@ -679,3 +685,80 @@ def test_grader_check_needs_an_assignment_when_ambiguous(tmp_path, monkeypatch, 
     assert "matches none of one, two; pass --assignment NAME" in capsys.readouterr().err
     assert cli.main(["check", str(REFERENCE), "--assignment", "three"]) == 2
     assert "assignment 'three' ships no check.py" in capsys.readouterr().err
+
+
+# --- on a terminal: nothing a notebook writes reaches it as a command ----------------------------
+
+# Commands to the TA's terminal: set the clipboard (OSC 52), retitle the window (OSC 0), clear the
+# screen (CSI 2J), clear it again by an 8-bit CSI, turn the text right to left (U+202E); then a
+# fake green verdict written over the line.
+COMMANDS = "\x1b]52;c;cm0gLXJmIH4=\x07\x1b]0;pwned\x07\x1b[2J\x9b2J\u202e"
+FAKE_READY = "\r\x1b[32mREADY: all checks passed\x1b[0m"
+MESSAGE = COMMANDS + "not done" + FAKE_READY
+# Any control character (newline and tab aside), and a lone byte that is not UTF-8 (an 8-bit CSI).
+LEAKED = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\udc80-\udcff]")
+
+
+def on_terminal(command: list[str], timeout: float) -> tuple[int | None, str]:
+    """Run ``command`` with stdin, stdout and stderr on a new pseudo-terminal: its exit status
+    and everything the terminal received, to the last writer's close (bytes that are not UTF-8
+    kept as lone surrogates)."""
+    master, slave = os.openpty()
+    settings = termios.tcgetattr(slave)
+    settings[1] &= ~termios.OPOST   # no \r added to each newline: a \r received is one written
+    termios.tcsetattr(slave, termios.TCSANOW, settings)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
+    try:
+        proc = subprocess.Popen(command, cwd=ROOT, env={**env, "TERM": "xterm-256color"}, stdin=slave,
+                                stdout=slave, stderr=slave, start_new_session=True)
+    finally:
+        os.close(slave)
+    received, deadline = bytearray(), time.monotonic() + timeout
+    try:
+        while select.select([master], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:   # EIO: every process holding the terminal has closed it
+                break
+            if not chunk:
+                break
+            received += chunk
+        else:
+            os.killpg(proc.pid, signal.SIGKILL)
+            received += f"\n[killed after {timeout} s]".encode()
+    finally:
+        os.close(master)
+    return proc.wait(), received.decode("utf-8", "surrogateescape")
+
+
+def test_no_command_from_the_notebook_reaches_the_terminal(tmp_path):
+    """`grader check`, with and without --run, and the student's own `check.py --run`, on a
+    terminal: a notebook's exercise cell carries terminal commands in its first line, in the
+    message of the exception it raises and in what it prints and writes to file descriptors 1
+    and 2 (the kernel's own). The terminal receives the report with that text made plain, and
+    not one control character."""
+    data = json.loads((ROOT / "assignments" / HYENA / f"{HYENA}.ipynb").read_text(encoding="utf-8"))
+    hostile = _code("my-exercise", f"# my exercise {COMMANDS}here\nimport os\nMESSAGE = {MESSAGE!r}\n"
+                                   "print(MESSAGE)\nos.write(1, MESSAGE.encode())\nos.write(2, MESSAGE.encode())\n"
+                                   "raise NotImplementedError(MESSAGE)\n")
+    data["cells"].insert(1 + next(i for i, c in enumerate(data["cells"]) if c.get("id") == "setup"), hostile)
+    notebook = tmp_path / "hostile.ipynb"
+    notebook.write_text(json.dumps(data), encoding="utf-8")
+    position = 1 + [c["id"] for c in data["cells"] if c["cell_type"] == "code"].index("my-exercise")
+    label = f"code cell {position} (`# my exercise 2Jhere`)"
+    grader = [sys.executable, "-m", "grader.cli", "check", str(notebook), "--assignment", HYENA]
+    commands = {"grader check": grader, "grader check --run": [*grader, "--run"],
+                "check.py --run": [sys.executable, str(ROOT / "assignments" / HYENA / "check.py"), str(notebook),
+                                   "--run"]}
+    with ThreadPoolExecutor(len(commands)) as pool:
+        runs = dict(zip(commands, pool.map(lambda command: on_terminal(command, TIMEOUT), commands.values())))
+    leaks = [f"{name}: {m.group()!r} at {m.start()}, in {shown[max(0, m.start() - 40):m.end() + 40]!r}"
+             for name, (_, shown) in runs.items() for m in LEAKED.finditer(shown)]
+    assert not leaks, f"{len(leaks)} control characters reached the terminal:\n" + "\n".join(leaks)
+    for name, (returncode, shown) in runs.items():
+        assert returncode == 1 and shown.rstrip().splitlines()[-1].startswith("NOT READY"), f"{name}:\n{shown}"
+        if name == "grader check":
+            assert f"still TODO (raises NotImplementedError): {label}" in shown, shown
+        else:
+            assert f"RAISES {label}, In [" in shown, f"{name}:\n{shown}"
+            assert "      NotImplementedError: 2Jnot doneREADY: all checks passed\n" in shown, f"{name}:\n{shown}"
