@@ -265,6 +265,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         command = [sys.executable, str(scratch / name / CHECK_SCRIPT), str(copy),
                    *(["--run"] if args.run_notebook else [])]
         result = sandbox.run(command, scratch=scratch, env={"TMPDIR": str(scratch / "tmp")})
+    # Plain here too, not only in check.py: the notebook's code ran in the same sandbox, on the same output.
     say(result.stdout, end="")
     say(result.stderr, sys.stderr, end="")
     for reason in result.stopped:
