@@ -35,7 +35,8 @@ MAX_EXECUTED_NOTEBOOK_BYTES = 64 * 2**20
 DRIVER_DONE_LINE = "G2C-DONE"   # the driver's last line on its stdout (see harness/run_notebook.py)
 HARNESS_SCRIPTS = ("run_notebook.py", "cpu_time.py")   # the driver and the CPU meter it imports
 # Cells stopped as hung (idle for the idle limit) before the driver runs no more: each costs
-# that limit of a worker's time. The whole run is stopped as hung once idle for one limit more.
+# that limit of a worker's time. The whole run is stopped as hung once idle for two limits more
+# (one for the grace a cell that ignores its interrupt gets before its kernel is killed).
 IDLE_CELLS_GIVE_UP = 2
 
 
@@ -199,7 +200,7 @@ def execute_notebook(notebook: nbformat.NotebookNode, sandbox: Sandbox, scratch:
     result = sandbox.run([sys.executable, str(work / "run_notebook.py"), str(work / "plan.json")],
                          scratch=scratch, cpu_limit=limits.notebook_timeout_s,
                          timeout=limits.backstop(limits.notebook_timeout_s),
-                         idle_limit=limits.idle_timeout_s * (IDLE_CELLS_GIVE_UP + 1),
+                         idle_limit=limits.idle_timeout_s * (IDLE_CELLS_GIVE_UP + 2),
                          env={**GRADING_ENV, "JUPYTER_RUNTIME_DIR": str(work / "runtime"),
                               "IPYTHONDIR": str(work / "ipython")}, share=share)
     vouched = vouched_files(result.stdout)

@@ -228,10 +228,10 @@ def test_a_cell_that_ignores_the_interrupt_and_waits_is_killed(sandbox: Sandbox,
 
 def test_a_run_that_stops_its_own_driver_is_killed_as_hung(sandbox: Sandbox, tmp_path: Path) -> None:
     """The cell stops the driver watching it (SIGSTOP), then sleeps: nothing inside the sandbox
-    can act, and the sandbox kills the whole run once idle for three idle limits."""
+    can act, and the sandbox kills the whole run once idle for four idle limits."""
     result = run_cells(sandbox, tmp_path, IDLE, "import os, signal, time\nos.kill(os.getppid(), signal.SIGSTOP)\n"
                        "time.sleep(600)")
-    assert result.stopped == ["stopped as hung: it made no CPU progress for 6 s while it could have run "
+    assert result.stopped == ["stopped as hung: it made no CPU progress for 8 s while it could have run "
                               "(sleeping or waiting?); killed"], result.stopped
     assert result.kernel == "hung" and not result.timed_out and result.backstop() is None
 

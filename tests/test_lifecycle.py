@@ -130,7 +130,8 @@ class Run:
         command = [python, "-c", "import sys; from grader.cli import main; sys.exit(main())", "grade",
                    str(root / "subs"), "--assignment", ASSIGNMENT, "--out", str(root / "out"),
                    "--workers", str(workers), "--isolation", isolation, "--executor", executor,
-                   "--cell-timeout", "300", "--notebook-timeout", "600"]
+                   "--cell-timeout", "300", "--notebook-timeout", "600",
+                   "--idle-timeout", "600"]   # the slow cell waits on the test, as code that hangs would
         with self.log.open("w") as log:
             self.proc = subprocess.Popen(command, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True,

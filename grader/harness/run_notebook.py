@@ -207,6 +207,9 @@ def main():
     client = LimitedClient(
         notebook, timeout=PLAN["cell_backstop"], kernel_name="python3", allow_errors=True,
         interrupt_on_timeout=True, record_timing=False,
+        # A kernel killed by its cell's watch is noticed within a second (nbclient checks it is
+        # alive each time this interval passes without a reply; 5 s by default).
+        shell_timeout_interval=1,
         # Without an error reply nbclient keeps interrupting a kernel that ignores SIGINT forever.
         error_on_timeout={"ename": "CellTimeoutError", "evalue": BACKSTOP_STOP},
         resources={"metadata": {"path": PLAN["workdir"]}})

@@ -40,6 +40,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -49,7 +50,7 @@ import xml.etree.ElementTree as ElementTree
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, TextIO, Tuple
 
 SPEC: Dict[str, Any] = {'assignment': 'small_questions',
  'notebook': 'small_questions.ipynb',
@@ -92,6 +93,38 @@ DEFAULT_NOTEBOOK = HERE / SPEC.get("notebook", "notebook.ipynb")
 NOTEBOOK_MAX_BYTES = SPEC.get("max_bytes", 0)
 TESTS_TIMEOUT_S = 600
 KERNEL = "python3"                    # the kernel the grader runs notebooks with
+
+# BEGIN plain: `grader assign` copies this block, as it is, into each check.py (a test compares
+# the copies), so it needs nothing but `re`.
+# What a terminal acts on: escape sequences first, whole (CSI; the string sequences OSC, DCS,
+# SOS, PM and APC to their BEL or ST terminator; two-character ones), then every control left,
+# a lone ESC among them: C0 but newline and tab (carriage return overwrites a line), DEL, C1
+# (U+009B is an 8-bit CSI) and the bidirectional controls that reorder what a reader sees.
+_ESCAPES = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|[\]PX^_][^\x07\x1b]*(\x07|\x1b\\)?|[0-Z\\`-~])")
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def plain(text: str) -> str:
+    """``text`` without escape sequences or control characters (newlines and tabs stay): for
+    anything a student may have written, before a terminal shows it."""
+    return _CONTROLS.sub("", _ESCAPES.sub("", text))
+# END plain
+
+
+class PlainStream:
+    """A text stream that writes ``plain`` text to ``stream``: what the check quotes from the
+    notebook (a cell's first line, an error message) reaches the terminal as text, never as a
+    command to it (clipboard, window title, a cleared screen, a line written over)."""
+
+    def __init__(self, stream: TextIO):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(plain(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:   # flush, fileno, encoding, ...: the stream's own
+        return getattr(self._stream, name)
 
 
 def fingerprint(text: str) -> str:
@@ -572,7 +605,9 @@ def run_notebook(findings: Findings) -> NotebookRun:
             resources={"metadata": {"path": work}})
         started = time.monotonic()
         try:
-            with client.setup_kernel(env=env):
+            # The kernel's own stdout and stderr off the terminal: a cell's os.write(1, ...) would
+            # reach it unfiltered (what cells print comes back as their outputs anyway).
+            with client.setup_kernel(env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
                 previous_timed_out = False
                 for at, cell in enumerate(notebook.cells):
                     if cell.cell_type != "code":
@@ -799,4 +834,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
+    # Everything printed goes out plain, argparse's messages and a traceback included: they may
+    # quote the notebook.
+    sys.stdout, sys.stderr = PlainStream(sys.stdout), PlainStream(sys.stderr)
     sys.exit(main())
