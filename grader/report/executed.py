@@ -16,6 +16,13 @@ which add MathJax and require.js from a CDN and print widget state into ``<scrip
   of the finished page (``first_loader``) that refuses to write one that could still run or
   load anything, are the second and third lines of defence.
 
+The page's size does not depend on the notebook's: each cell's source is cut at
+``MAX_SOURCE_CHARS`` (its highlighted HTML is then at most about 30 bytes a character), and
+cells are shown in order while their rendered HTML fits in ``MAX_CELLS_BYTES``; the first one
+that does not, and every cell after it, are left out, and the page says how many and that
+executed.ipynb holds them all. So the page is at most its head and stylesheet (about 20 KB),
+``MAX_CELLS_BYTES`` and that one sentence.
+
 A notebook that cannot be read (absent, a link, over the size limit, not JSON, not a valid
 nbformat 4 notebook) or rendered gives no page and a reason: one submission's notebook never
 stops the pages of the others.
@@ -45,6 +52,8 @@ EXECUTED_PAGE = "executed.html"
 TEMPLATES = Path(__file__).parent / "templates"
 TEMPLATE_NAME = "executed"   # the nbconvert template folder under TEMPLATES
 MAX_NOTE_CHARS = 300
+MAX_SOURCE_CHARS = 20_000        # of one cell's source (the course's longest cell is about 6,400)
+MAX_CELLS_BYTES = 5_000_000      # of the cells' rendered HTML on one page
 
 # Output types the page shows, best first. The first one an output holds is shown; the
 # others it holds that are not listed (application/javascript, widget views, Mermaid, PDF,
@@ -122,6 +131,38 @@ def page_artifact(artifacts: dict[str, bytes], submission_id: str) -> dict[str, 
 MADE_FROM = "g2c-made-from"   # the first line of a page: what it was rendered from, and by what
 
 
+def cut(text: str, limit: int, full_text_in: str, keep_end: bool = False) -> str:
+    """``text`` cut to its first ``limit`` characters (its last with ``keep_end``: a traceback's
+    end says what raised), with a line saying what was cut and which file holds the full text;
+    ``text`` itself when it is no longer. Every page cuts what a submission wrote with it."""
+    if len(text) <= limit:
+        return text
+    notice = (f"[the {'last' if keep_end else 'first'} {limit:,} of {len(text):,} characters shown; "
+              f"the full text is in {full_text_in}]")
+    return f"{notice}\n{text[-limit:]}" if keep_end else f"{text[:limit]}\n{notice}"
+
+
+class _CellBudget:
+    """The cells one page shows: in order, while their rendered HTML fits in ``limit`` bytes
+    (the template passes each cell's HTML through ``take``)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self.shown = 0
+        self.full = False
+
+    def take(self, html: str) -> str:
+        """``html`` when it fits in what is left, else "" (and no later cell is shown either)."""
+        size = len(html.encode("utf-8"))
+        if self.full or self.used + size > self.limit:
+            self.full = True
+            return ""
+        self.used += size
+        self.shown += 1
+        return html
+
+
 def _made_from(data: bytes) -> str:
     """The notebook's sha256 and the renderer's (this module, its template): a page made from
     both is the page this call would make."""
@@ -153,9 +194,12 @@ def render_executed(data: bytes, submission_id: str) -> str:
     # The page uses nothing from the notebook's metadata (the lexer is the course's, the title
     # the submission's id, widget state is never shown), and the exporter keeps a copy of it.
     notebook.metadata = nbformat.NotebookNode()
+    for cell in notebook.cells:
+        cell.source = cut(cell.source, MAX_SOURCE_CHARS, EXECUTED_NOTEBOOK)
     exporter = _exporter()
     resources = {"submission_id": submission_id, "csp": CSP, "inline_css": _css(),
-                 "metadata": {"name": submission_id}}
+                 "metadata": {"name": submission_id}, "cells": _CellBudget(MAX_CELLS_BYTES),
+                 "notebook_file": EXECUTED_NOTEBOOK}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")   # "not able to be represented": the page names those
