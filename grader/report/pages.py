@@ -10,6 +10,32 @@ What a student's page leaves out, on purpose: items whose visibility is not rele
 inputs (item messages say what differed and where, never the hidden weights or tokens).
 A TA's ``review.html`` shows every item and the exact ``overrides.yaml`` lines that would
 confirm or change each one.
+
+A page's size does not depend on what a submission holds. Each text a submission makes (an
+item's message, a written answer, a traceback, what a cell printed, notes, the model's feedback
+and rationales, flags, grounding values) is shown cut by ``cut`` at its ``MAX_..._CHARS``, the
+cut said on the page with the file that holds the whole (results.json, written_inputs.json,
+executed.ipynb: none of them is changed); at most ``MAX_LISTED_CELLS`` raising cells and
+``MAX_LISTED_STAGES`` timing rows are listed, the page saying how many more. A shown character
+becomes at most 5 bytes (``&`` is ``&amp;``), so with N check items and Q written questions of
+C criteria each (the rubric's), report.html and review.html are at most 5 bytes times
+
+    MAX_TEXT_CHARS x (N + 1)                      messages, notes
+    + MAX_LINE_CHARS                              the name it was submitted as
+    + Q x (MAX_ANSWER_CHARS + 3 x MAX_TEXT_CHARS  answer, message, feedback, flags
+           + 3 x MAX_STREAM_CHARS                 grounding values
+           + C x MAX_LINE_CHARS)                  rationales
+    + MAX_LISTED_CELLS x (MAX_LINE_CHARS + MAX_TRACEBACK_CHARS + MAX_STREAM_CHARS
+                          + cells.FIRST_LINE_CHARS)
+    + MAX_LISTED_STAGES x untrusted.MAX_STAGE_NAME
+
+plus markup: 20 KB a page, 5 KB an item (its question and criteria included), 3 KB a listed
+cell (about 2.5 MB for the course's 24 items and 10 questions). summary.html is at most 100 KB
+(stylesheet, plots of N items, the 12 most common failures at MAX_MESSAGE_CHARS) plus, per
+student, 2 KB for its row and, for each of its at most N + Q queued items, 5 bytes times
+MAX_EXCERPT_CHARS + MAX_LINE_CHARS (the answer's start, the reason) and 1 KB of markup: under
+200 KB a student. The TA's own text (overrides, reviewers, comments) and the regrade history
+are not the submission's and are shown whole.
 """
 from __future__ import annotations
 
@@ -39,13 +65,14 @@ from grader.assignment import Assignment
 from grader.intake import SAFE_ID
 from grader.pipeline import EXECUTED_NOTEBOOK, GRADER_ERRORS, SCAFFOLD_SOURCE
 from grader.report.changes import CHANGES_FILE, read_changes
-from grader.report.executed import MADE_FROM, page_made_from, write_executed_page
+from grader.report.executed import MADE_FROM, cut, page_made_from, write_executed_page
 from grader.report.integrity import similar_groups
 from grader.report.overrides import OVERRIDES_FILE
-from grader.report.results import is_pending
+from grader.report.results import RESULTS_FILE, is_pending
 from grader.rubric import WRITTEN_TAG
 from grader.score import GradeResult, ItemResult
 from grader.written import USAGE_FILE, WRITTEN_INPUTS
+from grader.written.prompt import MAX_ANSWER_CHARS
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -82,12 +109,20 @@ SUMMARY_PAGE = "summary.html"
 # Which visibilities a student sees, by how far the course has released grades.
 RELEASES = {"none": ("visible",), "due": ("visible", "after_due_date"),
             "published": ("visible", "after_due_date", "after_published")}
-MAX_TRACEBACK_CHARS = 3000
-MAX_STREAM_CHARS = 2000
+# What a page shows of the text a submission makes, in characters (``cut`` says each cut on the
+# page, and which file holds the whole), and how many of its list entries; see the docstring.
+MAX_TRACEBACK_CHARS = 3000      # a raising cell's traceback (its end)
+MAX_STREAM_CHARS = 2000         # what a raising cell printed (its end); a grounding value
+MAX_MESSAGE_CHARS = 200         # a common failure's message on the summary
+MAX_TEXT_CHARS = 4000           # an item's message, the notes, the model's feedback
+MAX_LINE_CHARS = 500            # a cell's error, a criterion's rationale, a flag, a queue reason
+MAX_EXCERPT_CHARS = 400         # a written answer in the summary's queue
+# A written answer on its submission's pages: as much as the model reads (grader.written.prompt).
+MAX_LISTED_CELLS = 20           # raising cells; the page says how many more raised
+MAX_LISTED_STAGES = 100         # timing rows (one per code cell that ran); the page says how many more
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # A number standing alone (not the 64 of float64 or the 1 of ex1), for grouping messages.
 _NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![\w.])", re.IGNORECASE)
-MAX_MESSAGE_CHARS = 200
 # What written_inputs.json records per question, in the order a TA reads it.
 GROUNDING_PARTS = (("reported", "the student's reported run (the one the answer discusses)"),
                    ("grounding", "the grader's re-run, in grading mode"),
@@ -108,6 +143,11 @@ def _review_anchor(submission_id: str, anchor: str = "") -> markupsafe.Markup:
 
 
 _templates.globals["review_anchor"] = _review_anchor
+_templates.filters["cut"] = cut
+_templates.globals.update(MAX_TEXT_CHARS=MAX_TEXT_CHARS, MAX_LINE_CHARS=MAX_LINE_CHARS,
+                          MAX_ANSWER_CHARS=MAX_ANSWER_CHARS, MAX_LISTED_STAGES=MAX_LISTED_STAGES,
+                          EXECUTED_NOTEBOOK=EXECUTED_NOTEBOOK, RESULTS_FILE=RESULTS_FILE,
+                          WRITTEN_INPUTS=WRITTEN_INPUTS)
 
 
 @dataclass
@@ -141,7 +181,7 @@ class QueueEntry:
     score: float
     max_score: float
     yaml: str
-    answer: str = ""                 # a written answer's text, as the model read it
+    answer: str = ""                 # the start of a written answer's text (MAX_EXCERPT_CHARS)
     flagged: bool = False
     confidence: float | None = None  # the model's, when it drafted a score
     written: bool = False
@@ -252,7 +292,9 @@ def _page_code_digest() -> str:
 
 
 def _submission_context(folder: Path, result: GradeResult) -> dict[str, Any]:
-    return {"result": result, "problems": cell_problems(folder / EXECUTED_NOTEBOOK, result),
+    problems = cell_problems(folder / EXECUTED_NOTEBOOK, result)
+    return {"result": result, "problems": problems[:MAX_LISTED_CELLS],
+            "unlisted_problems": len(problems[MAX_LISTED_CELLS:]),
             "answers": _answers(folder), "asked": written_context(folder, result), "generated": _now()}
 
 
@@ -294,8 +336,10 @@ def cell_problems(executed: Path, result: GradeResult | None = None) -> list[Cel
         count = cell.get("execution_count")
         found.append(CellProblem(number, cells.first_line(cells.source(cell)),
                                  count if isinstance(count, int) and not isinstance(count, bool) else None,
-                                 f"{error.get('ename', 'Error')}: {error.get('evalue', '')}",
-                                 _tail(traceback, MAX_TRACEBACK_CHARS), _tail(printed, MAX_STREAM_CHARS),
+                                 cut(f"{error.get('ename', 'Error')}: {error.get('evalue', '')}", MAX_LINE_CHARS,
+                                     EXECUTED_NOTEBOOK),
+                                 cut(traceback, MAX_TRACEBACK_CHARS, EXECUTED_NOTEBOOK, keep_end=True),
+                                 cut(printed, MAX_STREAM_CHARS, EXECUTED_NOTEBOOK, keep_end=True),
                                  str(cell.get("id", ""))))
     if result is not None:
         defines = answer_cells(result.assignment)
@@ -361,7 +405,8 @@ def written_context(folder: Path, result: GradeResult) -> dict[str, dict[str, An
             found = inputs.get(part)
             values = found.get(question.id) if isinstance(found, dict) else None
             if values:
-                runs.append((label, _tail(json.dumps(values, indent=1, default=str), MAX_STREAM_CHARS)))
+                runs.append((label, cut(json.dumps(values, indent=1, default=str), MAX_STREAM_CHARS,
+                                        WRITTEN_INPUTS, keep_end=True)))
         context[name] = {"question": asked[question.id].question if question.id in asked else "",
                          "criteria": {c.id: c for c in question.criteria}, "grounding": runs}
     return context
@@ -397,9 +442,11 @@ def review_queue(out_dir: Path, results: list[GradeResult]) -> list[QueueEntry]:
             details = item.details or {}
             confidence = details.get("confidence") if "draft_score" in details else None
             order.setdefault(item.name, position)
-            entries.append(QueueEntry(result.submission_id, item.name, item.title, reason, item.score,
+            entries.append(QueueEntry(result.submission_id, item.name, item.title,
+                                      cut(reason, MAX_LINE_CHARS, RESULTS_FILE), item.score,
                                       item.max_score, override_lines(result.submission_id, item),
-                                      answers.get(item.name, ""), bool(details.get("flags")),
+                                      cut(answers.get(item.name, ""), MAX_EXCERPT_CHARS, WRITTEN_INPUTS),
+                                      bool(details.get("flags")),
                                       float(confidence) if isinstance(confidence, (int, float)) else None,
                                       WRITTEN_TAG in item.tags))
 
@@ -462,10 +509,7 @@ def common_failures(results: list[GradeResult], limit: int = 12) -> list[tuple[s
             if item.status in ("failed", "error") and WRITTEN_TAG not in item.tags:
                 lines = item.output.splitlines()
                 message = lines[1] if len(lines) > 1 else (lines[0] if lines else "")
-                message = _NUMBER.sub("#", message)
-                if len(message) > MAX_MESSAGE_CHARS:
-                    message = message[:MAX_MESSAGE_CHARS].rsplit(" ", 1)[0] + " ..."
-                counts[(item.title, message)] += 1
+                counts[(item.title, cut(_NUMBER.sub("#", message), MAX_MESSAGE_CHARS, RESULTS_FILE))] += 1
     return [(title, message, n) for (title, message), n in counts.most_common(limit)]
 
 
@@ -586,10 +630,6 @@ def _answers(folder: Path) -> dict[str, str]:
 
 def _text(value: Any) -> str:
     return "".join(map(str, value)) if isinstance(value, list) else str(value)
-
-
-def _tail(text: str, limit: int) -> str:
-    return text if len(text) <= limit else "[... truncated ...]\n" + text[-limit:]
 
 
 def _last_line(text: str) -> str:
