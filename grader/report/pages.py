@@ -72,7 +72,7 @@ from grader.report.results import RESULTS_FILE, is_pending
 from grader.rubric import WRITTEN_TAG
 from grader.score import GradeResult, ItemResult
 from grader.written import USAGE_FILE, WRITTEN_INPUTS
-from grader.written.prompt import MAX_ANSWER_CHARS
+from grader.written.prompt import MAX_ANSWER_CHARS   # an answer on its pages: as much as the model reads
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -114,10 +114,9 @@ RELEASES = {"none": ("visible",), "due": ("visible", "after_due_date"),
 MAX_TRACEBACK_CHARS = 3000      # a raising cell's traceback (its end)
 MAX_STREAM_CHARS = 2000         # what a raising cell printed (its end); a grounding value
 MAX_MESSAGE_CHARS = 200         # a common failure's message on the summary
-MAX_TEXT_CHARS = 4000           # an item's message, the notes, the model's feedback
-MAX_LINE_CHARS = 500            # a cell's error, a criterion's rationale, a flag, a queue reason
+MAX_TEXT_CHARS = 4000           # an item's message, the notes, the model's feedback, an item's flags
+MAX_LINE_CHARS = 500            # a cell's error, a rationale, a queue reason, the name submitted as
 MAX_EXCERPT_CHARS = 400         # a written answer in the summary's queue
-# A written answer on its submission's pages: as much as the model reads (grader.written.prompt).
 MAX_LISTED_CELLS = 20           # raising cells; the page says how many more raised
 MAX_LISTED_STAGES = 100         # timing rows (one per code cell that ran); the page says how many more
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
