@@ -1,8 +1,9 @@
 """Every page's size has a bound that does not depend on what a submission holds (issue 30):
 pages rendered in process from recorded results of extreme submissions (3,000 raising cells,
-ten 2 MB written answers, a 2 MB item message), alone and several in one class, are under the
-bounds pages.py and executed.py state, say where they cut, and leave the result files whole;
-an honest submission's pages cut nothing."""
+ten 400 KB written answers, a 400 KB item message: each fifty times its longest cut), alone and
+several in one class, are under the bounds pages.py and executed.py state, say where they cut,
+and leave the result files whole; an honest submission's pages cut nothing.
+(tests/test_hostile_inputs.py grades one with 2 MB answers for real.)"""
 from __future__ import annotations
 
 import json
@@ -28,7 +29,7 @@ from test_review import two_raising_cells
 
 # Text that escaping makes as large as it can (every character 4 or 5 bytes on the page).
 WORST = "<&>\"'"
-HUGE = 2_000_000
+HUGE = 400_000   # fifty times the longest cut (an answer's 8,000 characters)
 RAISING_CELLS = 3000
 CUT_SAID = "characters shown; the full text is in "
 
@@ -75,7 +76,7 @@ def raising_notebook(cells: int) -> bytes:
 
 
 def raiser(assignment):
-    """3,000 raising cells, a 2 MB message on the item they cost, notes and timings for each cell."""
+    """3,000 raising cells, a HUGE message on the item they cost, notes and timings for each cell."""
     result = recorded(assignment, "raiser", {"notebook_runs": worst_text(HUGE, "cells raised")})
     result.notes = [f"note {n}: " + worst_text(1000) for n in range(RAISING_CELLS)]
     result.stages = [(f"code cell {n} (In[{n}])", 0.5) for n in range(1, RAISING_CELLS + 1)]
@@ -85,9 +86,9 @@ def raiser(assignment):
 
 
 def writer(assignment, name: str):
-    """Ten 2 MB written answers (one per question); the first question with 2 MB grounding
-    values, drafted by the model with 2 MB feedback, rationales and flags, the second pending
-    with a 2 MB message."""
+    """Ten HUGE written answers (one per question); the first question with HUGE grounding
+    values, drafted by the model with HUGE feedback, rationales and flags, the second pending
+    with a HUGE message."""
     first, second = assignment.rubric.questions[:2]
     drafted = {"score": 0.0, "status": "pending_review", "output": worst_text(HUGE, "draft"),
                "details": {"model": "claude-test", "confidence": 0.4, "draft_score": 1.0, "needs_review": True,
