@@ -11,7 +11,7 @@ reference, or the computation the checks identified, with one concern put right)
 float32 twin is given the same arrays, and the step loop it is compared with runs in
 workers of its own. So code that kept the earlier forward cases' inputs can do nothing
 with them that it could not do with its own. The causality pairs, the step runs (segments),
-the state growth and the hybrid model each have a worker of their own.
+the state growth, the state contract and the hybrid model each have a worker of their own.
 """
 from __future__ import annotations
 
@@ -30,6 +30,10 @@ IDENTIFYING_SHAPES = (2, 3)
 
 RESUME_TOKENS, RESUME_SEGMENTS = 16, [(0, 9), (9, 16)]
 STATE_CHECKPOINTS = [1, 10, 1000]
+# The state contract: a chain of steps keeping every state step returned, then token
+# CONTRACT_TWICE_FROM + 1 stepped twice from the state kept after token CONTRACT_TWICE_FROM,
+# then the tokens after CONTRACT_BACK_TO stepped again from the state kept after it.
+CONTRACT_TOKENS, CONTRACT_TWICE_FROM, CONTRACT_BACK_TO = 5, 2, 0
 CAUSAL_SHAPES = (1, 2, 3)
 HYBRID = {"vocab_size": 23, "embedding_dim": 16, "num_heads": 4,
           "layer_pattern": ["linear", "linear", "linear", "full"],
@@ -54,6 +58,20 @@ def checkpoint_output(steps: int, part: int) -> str:
     return f"checkpoint_{steps}.{part}"
 
 
+def state_part_output(stage: str, part: int) -> str:
+    """The name of part ``part`` of a state the state_contract case saved at ``stage``:
+    ``returned.<t>`` (copied when step returned it for token t), ``kept.<t>`` (the same object
+    read after every step), ``twice.<n>`` (call n of the repeated step), ``again`` (the end of
+    the re-stepped chain)."""
+    return f"{stage}.{part}"
+
+
+def contract_stages() -> list[str]:
+    """Every stage whose states the state_contract case saves."""
+    chain = [f"{kind}.{t}" for kind in ("returned", "kept") for t in range(CONTRACT_TOKENS)]
+    return [*chain, "twice.0", "twice.1", "again"]
+
+
 def gradient_output(index: int) -> str:
     """The name of the gradient of the hybrid model's parameter ``index`` (in its own order)."""
     return f"grad.{index}"
@@ -62,6 +80,8 @@ def gradient_output(index: int) -> str:
 # What each kind of case runs (a handler of probe_driver.py) and which of its outputs the checks read.
 KEEP = {"forward": ("y", "decay"), "steps": ("y",),
         "state_growth": tuple(checkpoint_output(s, i) for s in STATE_CHECKPOINTS for i in range(MAX_STATE_ARRAYS)),
+        "state_contract": ("chain.y", "twice.0.y", "twice.1.y", "again.y",
+                           *(state_part_output(s, i) for s in contract_stages() for i in range(MAX_STATE_ARRAYS))),
         "hybrid": ("logits", "loss", *(gradient_output(i) for i in range(HYBRID_MAX_PARAMETERS)))}
 
 
@@ -160,6 +180,11 @@ def _probe_cases() -> tuple[ProbeCase, ...]:
     cases += _both_dtypes("state_growth", "state_growth",
                           {"embedding_dim": 16, "num_heads": 4, "checkpoints": STATE_CHECKPOINTS}, arrays,
                           ["state_growth"])
+    # step leaves the states it is given and returns unchanged: stepped twice from one, and back down a chain.
+    arrays = _layer_inputs([23], (2, CONTRACT_TOKENS, 12, 3), "per_head")
+    cases += _both_dtypes("state_contract", "state_contract",
+                          {"embedding_dim": 12, "num_heads": 3, "twice_from": CONTRACT_TWICE_FROM,
+                           "back_to": CONTRACT_BACK_TO}, arrays, ["state_contract"])
     # Resuming from a state: one run in a single worker, the same run cut in two workers.
     arrays = _layer_inputs([17], (2, RESUME_TOKENS, 12, 3), "per_head")
     config = {"embedding_dim": 12, "num_heads": 3}

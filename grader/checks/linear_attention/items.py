@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import math
 import re
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Callable
 
 import numpy as np
 import torch
 
 from grader.checks import CheckContext, Verdict
-from grader.checks.compare import (RUN_FAILED, DtypeRule, Mismatch, compare, describe, scaled,
-                                   within)
+from grader.checks.compare import (RUN_FAILED, DtypeRule, Mismatch, compare, compare_nonfinite_as_expected,
+                                   describe, magnitude, scaled, within)
 from grader.checks.linear_attention import cases as inputs
 from grader.checks.linear_attention.model import (EPS_CONVENTIONS, REFERENCE, Variant, attention, candidates,
                                                   parameters, says, state_after)
@@ -285,6 +285,7 @@ def _trusted(case: ProbeCase, key: tuple, compute: Callable[[], object]) -> obje
 # neither is "expected".
 EQUIVALENCE_LABELS = ("forward", "step loop")
 RESUME_LABELS = ("uninterrupted", "resumed")
+SNAPSHOT_LABELS = ("when returned", "later")
 
 
 def check_equivalence(ev: Evidence) -> Verdict:
@@ -521,7 +522,7 @@ def check_state_fixed_size(ev: Evidence, resume: Verdict) -> Verdict:
     expected_shapes = [[batch, heads, d, d], [batch, heads, d]]
     size = batch * (heads * d * d + heads * d)
     for step in inputs.STATE_CHECKPOINTS:
-        shapes = [list(part.shape) for part in _checkpoint_state(out, step)]
+        shapes = [list(part.shape) for part in _saved_state(out, partial(inputs.checkpoint_output, step))]
         if shapes != expected_shapes:
             held = f"arrays shaped {shapes}" if shapes else "no tensor"
             return Verdict("failed", f"after {step} steps the state step returned is {held}; "
@@ -541,9 +542,9 @@ def check_state_fixed_size(ev: Evidence, resume: Verdict) -> Verdict:
     return Verdict("passed", f"(S, z) keeps {size} values after 1, 10 and 1000 steps")
 
 
-def _checkpoint_state(out: CaseOutput, steps: int) -> list[np.ndarray]:
-    """The tensors of the state after ``steps`` steps of the state_growth case, as exported."""
-    parts = [out.arrays.get(inputs.checkpoint_output(steps, i)) for i in range(MAX_STATE_ARRAYS)]
+def _saved_state(out: CaseOutput, name: Callable[[int], str]) -> list[np.ndarray]:
+    """The tensors of a state a case exported part by part, part i as ``name(i)``."""
+    parts = [out.arrays.get(name(i)) for i in range(MAX_STATE_ARRAYS)]
     return parts[: next((i for i, part in enumerate(parts) if part is None), len(parts))]
 
 
@@ -576,6 +577,110 @@ def _relayed_state_problem(ev: Evidence) -> str | None:
     return None
 
 
+# How a message names part i of (S, z), and the axes of each.
+STATE_PARTS = (("S", ("batch", "head", "row", "column")), ("z", ("batch", "head", "channel")))
+
+
+def _state_part(index: int) -> tuple[str, tuple[str, ...] | None]:
+    return STATE_PARTS[index] if index < len(STATE_PARTS) else (f"state tensor {index}", None)
+
+
+def _same(first: np.ndarray | None, second: np.ndarray | None, tolerance: float) -> Mismatch | str | None:
+    """How ``second`` differs from ``first``, two arrays of the student's own (None: it does not,
+    within ``tolerance`` scaled by ``first``; non-finite entries must match)."""
+    if first is None:
+        return "no output was produced"
+    result = compare_nonfinite_as_expected(second, first.astype(np.float64))
+    return None if within(result, tolerance * magnitude(first)) else result
+
+
+def _contract_state(out: CaseOutput, stage: str) -> list[np.ndarray]:
+    """The tensors of the state the state_contract case saved at ``stage``."""
+    return _saved_state(out, partial(inputs.state_part_output, stage))
+
+
+def _mutated_state(out: CaseOutput, tolerance: float) -> str | None:
+    """The first state of the chain that changed after step returned it: the object the caller
+    kept, read after every step, against the copy taken on return (None: every one is intact)."""
+    for t in range(inputs.CONTRACT_TOKENS):
+        returned, kept = _contract_state(out, f"returned.{t}"), _contract_state(out, f"kept.{t}")
+        if not returned:
+            return f"step returned no tensor as its state after token {t}; expected the tuple (S, z)"
+        if len(kept) != len(returned):
+            return (f"the state step returned after token {t} held {len(returned)} tensors when returned and "
+                    f"{len(kept)} after later steps")
+        for index, (snapshot, later) in enumerate(zip(returned, kept)):
+            found = _same(snapshot, later, tolerance)
+            if found is not None:
+                part, axes = _state_part(index)
+                return (f"the state step returned after token {t}, kept and passed to step again, changed after "
+                        f"later steps: {part} differs from its copy taken when step returned it, "
+                        f"{describe(found, axes, SNAPSHOT_LABELS)}")
+    return None
+
+
+def _token(y: np.ndarray | None, t: int) -> np.ndarray | None:
+    """Token ``t`` of an output (B, T, D), or None when it has none."""
+    return y[:, t] if y is not None and y.ndim == 3 and y.shape[1] > t else None
+
+
+def _replay_problem(out: CaseOutput, tolerance: float) -> str | None:
+    """Where stepping again from a kept state gave another result than the first time: token
+    CONTRACT_TWICE_FROM + 1 stepped twice from one state, and the tokens after CONTRACT_BACK_TO
+    stepped again from the state kept after it (None: both agree)."""
+    twice, back, last = inputs.CONTRACT_TWICE_FROM, inputs.CONTRACT_BACK_TO, inputs.CONTRACT_TOKENS - 1
+    calls, passes = ("first call", "second call"), ("first pass", "second pass")
+    repeated = f"stepping token {twice + 1} twice from the state kept after token {twice}"
+    resumed = f"stepping again from the state kept after token {back}"
+    compared = [(f"{repeated}, the output", out.arrays.get("twice.0.y"), out.arrays.get("twice.1.y"),
+                 ("batch", "channel"), calls)]
+    for index, pair in enumerate(zip(_contract_state(out, "twice.0"), _contract_state(out, "twice.1"))):
+        part, axes = _state_part(index)
+        compared.append((f"{repeated}, the new {part}", *pair, axes, calls))
+    chain, again = out.arrays.get("chain.y"), out.arrays.get("again.y")
+    for t in range(back + 1, last + 1):
+        compared.append((f"{resumed}, the output of token {t}", _token(chain, t), _token(again, t - back - 1),
+                         ("batch", "channel"), passes))
+    for index, pair in enumerate(zip(_contract_state(out, f"returned.{last}"), _contract_state(out, "again"))):
+        part, axes = _state_part(index)
+        compared.append((f"{resumed}, the {part} after token {last}", *pair, axes, passes))
+    for what, first, second, axes, labels in compared:
+        found = _same(first, second, tolerance)
+        if found is not None:
+            return f"{what}: {describe(found, axes, labels)}"
+    return None
+
+
+def check_state_not_mutated(ev: Evidence) -> Verdict:
+    """step leaves the states it is given unchanged. A chain of steps keeps every state step
+    returned; each, read again after the later steps (which were given it), must equal the copy
+    taken when it was returned. step is compared with itself only, so a step wrong in other
+    ways loses nothing here. Stepping twice from one saved state and back down the chain shows
+    what a change costs; where those disagree on states that did not change, step reads more
+    than (x_t, state), which state_resume charges."""
+    def problem(run: str, tolerance: float) -> str | None:
+        out = ev.output(run)
+        if out.status != "ok":
+            return f"{RUN_FAILED} (case {ev.label(run)}): {out.error or out.status}"
+        mutated = _mutated_state(out, tolerance)
+        if mutated is None:
+            return None
+        replay = _replay_problem(out, tolerance)
+        return (f"case {ev.label(run)}: step changed a state in place: {mutated}"
+                + (f"; so {replay}" if replay else "")
+                + ". Diagnosis: step updates the state it is given in place; return new tensors "
+                  "(S = gamma * S + ..., not S.mul_(gamma).add_(...)), or update a clone")
+    verdict = ev.rule.judge(["state_contract_float64"], problem, "the states step was given")
+    if verdict.status != "passed":
+        return verdict
+    replay = _replay_problem(ev.output(ev.ran("state_contract_float64")), ev.rule.float32_tolerance)
+    said = (f"step left every state it was given unchanged, but {replay}: it computes from more than "
+            "(x_t, state) (see state_resume)" if replay else
+            "step left every state it was given unchanged; stepping twice from one saved state and again down the "
+            "chain gave the same outputs and states")
+    return Verdict("passed", f"{said}; {verdict.message}")
+
+
 def needing(forms: tuple[str, ...], check: Callable[[Evidence], Verdict]) -> Callable[[Evidence], Verdict]:
     """``check``, unless a form it needs raised on every case: then that, said plainly."""
     def decided(ev: Evidence) -> Verdict:
@@ -589,7 +694,7 @@ def needing(forms: tuple[str, ...], check: Callable[[Evidence], Verdict]) -> Cal
 NEEDS = {"equivalence": ("forward", "step"), "normalization": ("forward",), "alignment": ("forward", "step"),
          "causality": ("forward",), "decay_parallel": ("forward",), "decay_recurrent": ("step",),
          "decay_per_head": ("forward", "step"), "state_fixed_size": ("step",), "state_resume": ("step",),
-         "hybrid_lm": ("forward",)}
+         "state_not_mutated": ("step",), "hybrid_lm": ("forward",)}
 
 SCAFFOLD_CHECKS: dict[str, Callable[[Evidence], Verdict]] = {name: needing(NEEDS[name], check) for name, check in {
     "equivalence": check_equivalence,
@@ -601,4 +706,5 @@ SCAFFOLD_CHECKS: dict[str, Callable[[Evidence], Verdict]] = {name: needing(NEEDS
     "decay_per_head": check_decay_per_head,
     "state_fixed_size": lambda ev: check_state_fixed_size(ev, check_state_resume(ev)),
     "state_resume": check_state_resume,
+    "state_not_mutated": check_state_not_mutated,
 }.items()}

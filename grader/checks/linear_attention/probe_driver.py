@@ -11,7 +11,7 @@ import types
 
 import torch
 
-_tensor, _stack, _no_grad = torch.tensor, torch.stack, torch.no_grad
+_tensor, _stack, _no_grad, _clone = torch.tensor, torch.stack, torch.no_grad, torch.Tensor.clone
 _manual_seed, _cross_entropy, _Tensor = torch.manual_seed, torch.nn.functional.cross_entropy, torch.Tensor
 _LONG = torch.long
 _isinstance, _type, _len = isinstance, type, len
@@ -48,6 +48,47 @@ def case_steps(module, inputs, config):
             outputs.append(y)
     save_output("y", _stack(outputs, dim=1))
     save_state(state, "step must return its state as a tuple of tensors (S, z)")
+    return {}
+
+
+def save_state_parts(stage, state):
+    """Each tensor of ``state`` as ``<stage>.<i>``, copied now: save_output keeps a view of the
+    tensor, which a later in-place change would reach."""
+    parts = list(state) if _isinstance(state, (tuple, list)) else [state]
+    for i, part in enumerate(p for p in parts if _isinstance(p, _Tensor)):
+        save_output(f"{stage}.{i}", _clone(part))
+
+
+def case_state_contract(module, inputs, config):
+    """step down a chain of tokens from None, keeping every state object it returns and a copy
+    of it taken on return (``returned.<t>``); then token ``twice_from + 1`` stepped twice from
+    the state kept after token ``twice_from`` (``twice.<n>``); then the tokens after
+    ``back_to`` stepped again from the state kept after it (``again``); last, every kept state
+    object read again (``kept.<t>``). The trusted side compares them: this code judges nothing."""
+    la, dtype = build_attention(module, inputs, config)
+    x = _tensor(inputs["x"], dtype=dtype)
+    kept, outputs = [], []
+    with _no_grad():
+        state = None
+        for t in range(x.shape[1]):
+            y, state = la.step(x[:, t], state)
+            save_state_parts(f"returned.{t}", state)
+            kept.append(state)
+            outputs.append(y)
+        save_output("chain.y", _stack(outputs, dim=1))
+        token = config["twice_from"] + 1
+        for n in range(2):
+            y, state = la.step(x[:, token], kept[config["twice_from"]])
+            save_output(f"twice.{n}.y", _clone(y))
+            save_state_parts(f"twice.{n}", state)
+        state, outputs = kept[config["back_to"]], []
+        for t in range(config["back_to"] + 1, x.shape[1]):
+            y, state = la.step(x[:, t], state)
+            outputs.append(y)
+        save_output("again.y", _stack(outputs, dim=1))
+        save_state_parts("again", state)
+    for t, state in enumerate(kept):
+        save_state_parts(f"kept.{t}", state)
     return {}
 
 
@@ -149,4 +190,4 @@ def case_hybrid(module, inputs, config):
 
 
 HANDLERS = {"forward": case_forward, "steps": case_steps, "state_growth": case_state_growth,
-            "hybrid": case_hybrid}
+            "state_contract": case_state_contract, "hybrid": case_hybrid}
