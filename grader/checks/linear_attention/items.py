@@ -286,6 +286,8 @@ def _trusted(case: ProbeCase, key: tuple, compute: Callable[[], object]) -> obje
 EQUIVALENCE_LABELS = ("forward", "step loop")
 RESUME_LABELS = ("uninterrupted", "resumed")
 SNAPSHOT_LABELS = ("when returned", "later")
+MUTATED_STATE = ("step writes in place into the state it is given (or into a state it returned); return new tensors "
+                 "(S = gamma * S + ..., not S.mul_(gamma).add_(...)), or update a clone")
 
 
 def check_equivalence(ev: Evidence) -> Verdict:
@@ -655,9 +657,16 @@ def check_state_not_mutated(ev: Evidence) -> Verdict:
     """step leaves the states it is given unchanged. A chain of steps keeps every state step
     returned; each, read again after the later steps (which were given it), must equal the copy
     taken when it was returned. step is compared with itself only, so a step wrong in other
-    ways loses nothing here. Stepping twice from one saved state and back down the chain shows
-    what a change costs; where those disagree on states that did not change, step reads more
-    than (x_t, state), which state_resume charges."""
+    ways loses nothing here. It counts only with a state that is really the tokens' (S, z), as
+    in ``check_alignment``: a state step does not compute from shows nothing by staying
+    unchanged. Stepping twice from one saved state and back down the chain shows what a change
+    costs; where those disagree on states that did not change, step reads more than
+    (x_t, state), which state_resume charges."""
+    state_problem = ev.real_state_problem()
+    if state_problem:
+        return Verdict("failed", "not judged, because the state step returned is not the (S, z) of the tokens it "
+                                 f"was given ({state_problem})")
+
     def problem(run: str, tolerance: float) -> str | None:
         out = ev.output(run)
         if out.status != "ok":
@@ -668,8 +677,7 @@ def check_state_not_mutated(ev: Evidence) -> Verdict:
         replay = _replay_problem(out, tolerance)
         return (f"case {ev.label(run)}: step changed a state in place: {mutated}"
                 + (f"; so {replay}" if replay else "")
-                + ". Diagnosis: step updates the state it is given in place; return new tensors "
-                  "(S = gamma * S + ..., not S.mul_(gamma).add_(...)), or update a clone")
+                + f". Diagnosis: {MUTATED_STATE}")
     verdict = ev.rule.judge(["state_contract_float64"], problem, "the states step was given")
     if verdict.status != "passed":
         return verdict
