@@ -53,7 +53,7 @@ CHEATS = ("forge_probe_outputs", "patch_harness_toplevel", "patch_harness_in_for
           "patch_libraries", "step_history_on_state", "step_history_in_files", "scaffold_duplicated",
           "forge_hybrid_report")
 STEP_ITEMS = ("equivalence", "alignment", "decay_recurrent", "decay_per_head", "state_fixed_size",
-              "state_resume")
+              "state_resume", "state_not_mutated")
 FORWARD_ITEMS = ("scaffold_present", "normalization", "causality", "decay_parallel", "hybrid_lm")
 # What the grader itself writes beside each results.json.
 OWN_FILES = {RESULTS_FILE, EXECUTED_NOTEBOOK, EXECUTED_PAGE, WRITTEN_INPUTS, GRADER_ERRORS, SCAFFOLD_SOURCE, RAW_OUTPUTS,

@@ -34,6 +34,7 @@ CORRECT = sorted(p.stem for p in SCAFFOLDS.glob("correct_*.py"))
 MUTANTS = sorted(p.stem for p in SCAFFOLDS.glob("mutant_*.py"))
 CHEATS = ("cheat_tampers_with_parameters",)
 
+MUTATED = "step writes in place into the state it is given"
 # A named mistake -> (exactly the items it loses, the item whose message names it, words naming it).
 NAMED = {
     "mutant_normalizer_dropped": ({"normalization"}, "normalization", "the normalizer is missing"),
@@ -73,6 +74,12 @@ NAMED = {
                                      "sums the weights over the wrong axis"),
     # Outputs are the recurrence's (gamma cancels) and resuming works: only the state's decay is wrong.
     "mutant_state_decayed_twice": ({"decay_recurrent"}, "decay_recurrent", "decays the state once more"),
+    # Writing into the caller's state: every output and relayed state is right, only kept states change.
+    "mutant_inplace_step": ({"state_not_mutated"}, "state_not_mutated", MUTATED),
+    "mutant_inplace_add": ({"state_not_mutated"}, "state_not_mutated", MUTATED),
+    "mutant_inplace_returns_clone": ({"state_not_mutated"}, "state_not_mutated", MUTATED),
+    "mutant_inplace_z_only": ({"state_not_mutated"}, "state_not_mutated", MUTATED),
+    "mutant_state_buffer_on_self": ({"state_not_mutated"}, "state_not_mutated", MUTATED),
 }
 # Further items whose message must carry the named mistake's diagnosis: (item, words).
 ALSO_DIAGNOSED = {
@@ -85,7 +92,7 @@ ALSO_DIAGNOSED = {
 # A form that raises everywhere: (the form, exactly the items that need it).
 RAISING = {
     "mutant_step_not_implemented": ("step", {"equivalence", "alignment", "decay_recurrent", "decay_per_head",
-                                             "state_fixed_size", "state_resume"}),
+                                             "state_fixed_size", "state_resume", "state_not_mutated"}),
     "mutant_forward_not_implemented": ("forward", {"equivalence", "normalization", "alignment", "causality",
                                                    "decay_parallel", "decay_per_head", "hybrid_lm"}),
 }
@@ -152,7 +159,7 @@ def test_a_named_mistake_costs_exactly_its_own_concern(corpus, name):
 
 def _static_texts() -> list[str]:
     """Every sentence the checks can say about a named mistake, for either form."""
-    texts = set()
+    texts = {items.MUTATED_STATE}
     for said in model._SAYS.values():
         for text in (said.values() if isinstance(said, dict) else [said]):
             texts.update(text.format(form=form) for form in ("forward", "step"))
@@ -200,8 +207,10 @@ def test_float32_only_code_is_told_why_and_keeps_its_points(corpus):
 def test_wrong_shapes_fail_with_both_shapes_never_a_crash(corpus):
     empty = corpus["mutant_empty_output"]
     assert "expected output shape (1, 1, 8), got (1, 1, 0)" in empty["normalization"].message
-    # Its state is right, so the state's decay is too (error carried forward); all else fails.
-    assert {i for i, v in empty.items() if v.status == "passed"} == {"scaffold_present", "decay_recurrent"}, empty
+    # Its state is right, so the state's decay is too, and step leaves it unchanged (error carried
+    # forward); all else fails.
+    assert {i for i, v in empty.items() if v.status == "passed"} == {"scaffold_present", "decay_recurrent",
+                                                                      "state_not_mutated"}, empty
     assert "got (1, 2, 1, 4)" in corpus["mutant_wrong_output_shape"]["normalization"].message
 
 
@@ -250,6 +259,29 @@ def test_tampering_with_parameters_fails_the_hybrid_model(corpus):
     """The trusted model is built from the seed, not from what the student's process reports."""
     verdict = corpus["cheat_tampers_with_parameters"]["hybrid_lm"]
     assert verdict.status == "failed" and "built from the same seed" in verdict.message
+
+
+def test_a_changed_state_is_named_by_part_position_and_both_values(corpus):
+    """The kept state is compared with the copy taken when step returned it: the message names
+    the state, the part (S or z), where it differs and both values, and what the change cost."""
+    message = corpus["mutant_inplace_z_only"]["state_not_mutated"].message
+    found = re.search(r"the state step returned after token 0, kept and passed to step again, changed after later "
+                      r"steps: z differs from its copy taken when step returned it, max-abs error (?P<err>\S+) at "
+                      r"\(batch \d+, head \d+, channel \d+\): when returned (?P<then>\S+), later (?P<now>\S+?);", message)
+    assert found and float(found["err"]) > 1 and "expected" not in message, message
+    # The error is said to 3 significant digits.
+    assert abs(float(found["now"]) - float(found["then"]) - float(found["err"])) < 1e-2 * float(found["err"]), message
+    assert "so stepping token 3 twice from the state kept after token 2, the output: max-abs error" in message
+    assert "first call" in message and "second call" in message
+
+
+def test_a_step_that_ignores_its_state_keeps_the_mutation_item_with_a_note(corpus):
+    """Stepping twice from one saved state gives two answers when step reads its own history,
+    but that state did not change: state_resume charges it, this item only says it."""
+    for name in ("mutant_step_caches_history", "mutant_history_in_class_attribute"):
+        verdict = corpus[name]["state_not_mutated"]
+        assert verdict.status == "passed" and "(see state_resume)" in verdict.message, (name, verdict.message)
+        assert "stepping token 3 twice from the state kept after token 2" in verdict.message
 
 
 def test_resume_item_is_about_the_state_not_the_arithmetic(corpus):

@@ -1,8 +1,8 @@
-# Correct variant (in-place state updates): step updates the state it is given in place,
+# Mutant (one bug): step updates the state it is given in place,
 # S.mul_(gamma).add_(phi(k) v^T) and z.mul_(gamma).add_(phi(k)), and returns the same tensor
-# objects. A fresh call (state None) gets new zero tensors from init_state, so nothing is
-# shared between sequences; a caller who keeps an old state object sees it advance.
-# forward is the reference's torch.where mask. dtype-agnostic.
+# objects. A fresh call (state None) gets new zero tensors from init_state, but a caller who
+# keeps an old state object sees it advance, and stepping twice from one saved state goes on
+# from the first call's result. forward is the reference's torch.where mask. dtype-agnostic.
 class LinearAttention(Module):
 
     def forward(self, x):

@@ -1,0 +1,41 @@
+# Correct variant (out-of-place methods): step chains out-of-place tensor methods,
+# S.mul(gamma).add(phi(k) v^T) and z.mul(gamma).add(phi(k)), with gamma broadcast as
+# (1, H, 1, 1) and (1, H, 1); forward is einsum over (B, H, T, d). dtype-agnostic.
+class LinearAttention(Module):
+
+    def forward(self, x):
+        """Parallel reference. x: (B, T, D) -> (B, T, D).
+
+        Build phi(q), phi(k) and v per head, the (T, T) score matrix phi(q) phi(k)^T, and a
+        decay mask holding gamma_h^(t-i) where i <= t and 0 above the diagonal. A token
+        attends to itself (i = t has weight gamma^0 = 1). Normalize each row by its sum + EPS.
+        """
+        T = x.shape[1]
+        q = feature_map(self._split_heads(self.q_proj(x)))
+        k = feature_map(self._split_heads(self.k_proj(x)))
+        v = self._split_heads(self.v_proj(x))
+        pos = torch.arange(T, device=x.device)
+        lag = (pos[:, None] - pos[None, :]).clamp(min=0)
+        gamma = self.decay.to(x.dtype).view(1, self.num_heads, 1, 1)
+        mask = torch.tril(gamma.pow(lag))
+        weights = torch.einsum("bhtd,bhsd->bhts", q, k) * mask
+        out = torch.einsum("bhts,bhsd->bhtd", weights, v) / (weights.sum(-1, keepdim=True) + EPS)
+        return self.out_proj(self._merge_heads(out))
+
+    def step(self, x_t, state=None):
+        """Recurrent form. x_t: (B, D); state: (S, z) or None for a fresh sequence.
+
+        Decay S and z by gamma_h, add phi(k_t) v_t^T and phi(k_t), then read out
+        phi(q_t).S_t / (phi(q_t).z_t + EPS). Returns (y_t of shape (B, D), (S, z)).
+        """
+        B = x_t.shape[0]
+        H, d = self.num_heads, self.head_dim
+        S, z = self.init_state(B, device=x_t.device) if state is None else state
+        q = feature_map(self.q_proj(x_t).view(B, H, d))
+        k = feature_map(self.k_proj(x_t).view(B, H, d))
+        v = self.v_proj(x_t).view(B, H, d)
+        gamma = self.decay.to(x_t.dtype)
+        S = S.mul(gamma.view(1, H, 1, 1)).add(k.unsqueeze(-1) * v.unsqueeze(-2))
+        z = z.mul(gamma.view(1, H, 1)).add(k)
+        out = torch.einsum("bhd,bhde->bhe", q, S) / ((q * z).sum(dim=-1, keepdim=True) + EPS)
+        return self.out_proj(out.reshape(B, self.embedding_dim)), (S, z)
