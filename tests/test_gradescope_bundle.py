@@ -44,7 +44,7 @@ BASH = shutil.which("bash") or "/bin/bash"
 PYTHON_VERSION = f"python{sys.version_info.major}.{sys.version_info.minor}"
 STUDENT = {"name": "Ada Lovelace", "sid": "S0042", "email": "ada@example.edu"}
 METADATA = {"id": 4242, "created_at": "2025-01-01T12:00:00.000000-08:00",
-            "assignment": {"id": 77, "title": "Linear attention", "total_points": "106.0"},
+            "assignment": {"id": 77, "title": "Linear attention", "total_points": "108.0"},
             "submission_method": "upload", "users": [{**STUDENT, "id": 1}], "previous_submissions": []}
 
 # Run as a sandbox uid: tries to open every path of stdin (a JSON list), then imports torch.
