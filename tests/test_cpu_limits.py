@@ -109,13 +109,17 @@ def test_a_sleeping_cell_reaches_the_backstop_and_is_graded_again_once(assignmen
     assert "wall-clock backstop after 3 s" in runs["output"] and "CPU seconds" not in runs["output"]
 
 
-@pytest.mark.parametrize("factor", [0.5, "five", True])
-def test_the_backstop_factor_is_validated(tmp_path: Path, factor) -> None:
+@pytest.mark.parametrize("limit", ["wall_backstop_factor", "idle_timeout_s"])
+@pytest.mark.parametrize("value", [0.5, "five", True])
+def test_the_backstop_factor_and_the_idle_limit_are_validated(tmp_path: Path, limit: str, value) -> None:
+    """In the rubric, and as given on the command line (``with_limits``)."""
     raw = yaml.safe_load((ROOT / "rubrics" / "linear_attention.yaml").read_text())
-    raw["limits"]["wall_backstop_factor"] = factor
+    raw["limits"][limit] = value
     (tmp_path / "rubric.yaml").write_text(yaml.safe_dump(raw))
-    with pytest.raises(RubricError, match="wall_backstop_factor must be a number of at least 1"):
+    with pytest.raises(RubricError, match=f"rubric.yaml: limits: {limit} must be a number of at least 1"):
         load_rubric(tmp_path / "rubric.yaml")
+    with pytest.raises(RubricError, match=f"the limits given: {limit} must be a number of at least 1"):
+        load_rubric(ROOT / "rubrics" / "linear_attention.yaml").with_limits(**{limit: value})
 
 
 # ----------------------------------------------------------------------------- idle code
@@ -234,14 +238,3 @@ def test_a_run_that_stops_its_own_driver_is_killed_as_hung(sandbox: Sandbox, tmp
     assert result.stopped == ["stopped as hung: it made no CPU progress for 8 s while it could have run "
                               "(sleeping or waiting?); killed"], result.stopped
     assert result.kernel == "hung" and not result.timed_out and result.backstop() is None
-
-
-@pytest.mark.parametrize("seconds", [0.5, "thirty", False])
-def test_the_idle_limit_is_validated(tmp_path: Path, seconds) -> None:
-    raw = yaml.safe_load((ROOT / "rubrics" / "linear_attention.yaml").read_text())
-    raw["limits"]["idle_timeout_s"] = seconds
-    (tmp_path / "rubric.yaml").write_text(yaml.safe_dump(raw))
-    with pytest.raises(RubricError, match="idle_timeout_s must be a number of at least 1"):
-        load_rubric(tmp_path / "rubric.yaml")
-    with pytest.raises(RubricError, match="the limits given: idle_timeout_s must be a number of at least 1"):
-        load_rubric(ROOT / "rubrics" / "linear_attention.yaml").with_limits(idle_timeout_s=seconds)
