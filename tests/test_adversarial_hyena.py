@@ -26,7 +26,7 @@ from grader.cli import make_sandbox
 from test_adversarial import LIMITS, OWN_FILES, SHARED, Listener, Snapshot, _sandbox_writes, snapshot
 
 ASSIGNMENT = Assignment("linear_attention_hyena")
-IDLE_TIMEOUT_S = 3   # no attack here waits on purpose but the sleeping one
+IDLE_TIMEOUT_S = 2   # no attack here waits on purpose but the sleeping one
 HONEST = "honest"
 
 

@@ -76,7 +76,6 @@ NAMED = {
     "mutant_state_decayed_twice": ({"decay_recurrent"}, "decay_recurrent", "decays the state once more"),
     # Writing into the caller's state: every output and relayed state is right, only kept states change.
     "mutant_inplace_step": ({"state_not_mutated"}, "state_not_mutated", MUTATED),
-    "mutant_inplace_add": ({"state_not_mutated"}, "state_not_mutated", MUTATED),
     "mutant_inplace_returns_clone": ({"state_not_mutated"}, "state_not_mutated", MUTATED),
     "mutant_inplace_z_only": ({"state_not_mutated"}, "state_not_mutated", MUTATED),
     "mutant_state_buffer_on_self": ({"state_not_mutated"}, "state_not_mutated", MUTATED),
