@@ -22,7 +22,8 @@ from grader.assignment import Assignment
 from grader.checks import CheckContext, Verdict, decide
 from grader.checks import linear_attention as checks
 from grader.checks.linear_attention import items, model
-from grader.checks.linear_attention.answers import answer_checks
+from grader.checks.linear_attention.answers import (GROWS_WITH_T, MEMORY_BILL_MISTAKES, answer_checks,
+                                                    memory_bill_expected)
 from grader.execute import CellRun, ExecutionResult
 from grader.graft import submission_module_source
 from grader.probe import run_probe
@@ -340,6 +341,54 @@ def test_a_missing_answer_with_no_raising_cell_says_so(assignment):
     assert verdicts["bill_mha_kv_cache"].message == (
         "MEMORY_BILL is not defined after running the notebook: no cell raised, and no code cell assigns "
         "MEMORY_BILL (is its exercise still to do?)")
+
+
+def _verdicts_on(assignment, answers: dict) -> dict[str, Verdict]:
+    """The answer items on ``answers`` as a notebook that ran cleanly exported them."""
+    execution = ExecutionResult(cells=[CellRun(0, "a", "ok")], kernel="ok", timed_out=False, answers=answers)
+    context = CheckContext(assignment.rubric, assignment.master_path, None, "not probed in this test",
+                           execution, None, answers)
+    return decide(answer_checks(context))
+
+
+def test_byte_counts_are_exact_and_a_known_omission_is_named(assignment):
+    """Exercise 5's bill and Exercise 1's bytes are integer arithmetic: the exact figures pass
+    (as floats too), and leaving z out of the linear state (0.78% off) fails with its diagnosis,
+    as does a cache of keys only or a count of elements; the other entries keep their points."""
+    setting = assignment.rubric.settings["memory_bill"]
+    exact = memory_bill_expected(setting)
+    grows = sorted(GROWS_WITH_T)
+    right = _verdicts_on(assignment, {"MEMORY_BILL": {**{k: float(v) for k, v in exact.items()}, "grows_with_T": grows}})
+    assert {v.status for name, v in right.items() if name.startswith("bill_")} == {"passed"}
+    no_z = memory_bill_expected(setting, with_z=False)
+    assert 0.007 < 1 - no_z["linear_state"] / exact["linear_state"] < 0.008   # the issue's 0.78%
+    for mistake, said in MEMORY_BILL_MISTAKES:
+        wrong = memory_bill_expected(setting, **mistake)
+        verdicts = _verdicts_on(assignment, {"MEMORY_BILL": {**wrong, "grows_with_T": grows}})
+        lost = {name for name, v in verdicts.items() if name.startswith("bill_") and v.status != "passed"}
+        assert lost == {f"bill_{key}" for key in exact if wrong[key] != exact[key]}, (said, lost)
+        for name in lost:
+            key, message = name[len("bill_"):], verdicts[name].message
+            # Every mistake that gives this number is named (keys only and elements only are both half).
+            alike = ", or ".join(other for change, other in MEMORY_BILL_MISTAKES
+                                 if memory_bill_expected(setting, **change)[key] == wrong[key])
+            assert message.endswith(f"exactly (off by {wrong[key] - exact[key]:+,}, "
+                                    f"{abs(wrong[key] - exact[key]) / exact[key]:.2%}). Diagnosis: {alike}"), message
+            assert said in alike
+    bench = {"history_lengths": [64, 256, 1024, 4096], "full_ms_per_step": [1.0] * 4, "linear_ms_per_step": [1.0] * 4,
+             "embedding_dim": 64, "num_heads": 4, "batch_size": 2, "bytes_per_element": 4}
+    kv = [2 * 2 * n * 64 * 4 for n in bench["history_lengths"]]
+    s_bytes, z_bytes = 2 * 4 * 16 * 16 * 4, 2 * 4 * 16 * 4
+    assert _verdicts_on(assignment, {"DECODE_BENCHMARK": {**bench, "kv_cache_bytes": kv,
+                                                          "linear_state_bytes": [s_bytes + z_bytes] * 4}}
+                        )["benchmark_memory"].status == "passed"
+    no_z = _verdicts_on(assignment, {"DECODE_BENCHMARK": {**bench, "kv_cache_bytes": kv,
+                                                          "linear_state_bytes": [s_bytes] * 4}})["benchmark_memory"]
+    assert no_z.status == "failed" and no_z.message.endswith("Diagnosis: the normalizer z is left out of the state "
+                                                             "(S alone)"), no_z.message
+    keys_only = _verdicts_on(assignment, {"DECODE_BENCHMARK": {**bench, "kv_cache_bytes": [b // 2 for b in kv],
+                                                               "linear_state_bytes": [s_bytes + z_bytes] * 4}})
+    assert keys_only["benchmark_memory"].message.endswith("Diagnosis: the cache counts keys or values, not both")
 
 
 # ----------------------------------------------------------------------------- one check crashing

@@ -16,18 +16,29 @@ from grader.checks import CheckContext, Verdict
 from grader.execute import ExecutionResult
 
 
-def memory_bill_expected(setting: dict[str, Any]) -> dict[str, float]:
-    """Exercise 5's byte counts, from the rubric's sizes."""
+def memory_bill_expected(setting: dict[str, Any], *, with_z: bool = True, kv_tensors: int = 2,
+                         in_bytes: bool = True) -> dict[str, int]:
+    """Exercise 5's byte counts, from the rubric's sizes: integer arithmetic, compared exactly.
+    The keywords make the bill of a known mistake (``MEMORY_BILL_MISTAKES``)."""
     tokens, dim, heads = setting["tokens"], setting["embedding_dim"], setting["num_heads"]
-    kv_heads, window, width = setting["kv_heads"], setting["window"], setting["bytes_per_element"]
-    layers = setting["stack_layers"]
+    kv_heads, window, layers = setting["kv_heads"], setting["window"], setting["stack_layers"]
+    width = setting["bytes_per_element"] if in_bytes else 1
     head_dim = dim // heads
-    mha = 2 * tokens * dim * width
-    linear = (heads * head_dim * head_dim + heads * head_dim) * width
-    return {"mha_kv_cache": mha, "gqa8_kv_cache": 2 * tokens * kv_heads * head_dim * width,
-            "sliding_window_kv_cache": 2 * min(window, tokens) * dim * width,
+    mha = kv_tensors * tokens * dim * width
+    linear = (heads * head_dim * head_dim + (heads * head_dim if with_z else 0)) * width
+    return {"mha_kv_cache": mha, "gqa8_kv_cache": kv_tensors * tokens * kv_heads * head_dim * width,
+            "sliding_window_kv_cache": kv_tensors * min(window, tokens) * dim * width,
             "linear_state": linear, "stack_all_mha": layers * mha,
             "stack_all_linear": layers * linear, "stack_hybrid_LLLF": (layers - 1) * linear + mha}
+
+
+# A bill's known mistakes: what the student's number then equals, and the diagnosis (every one
+# that gives that number: with 2 bytes an element, keys only and elements only are both half).
+# Leaving z out of the linear state is 0.78% off at Exercise 5's sizes, which a relative
+# tolerance would hide.
+MEMORY_BILL_MISTAKES = (({"with_z": False}, "the normalizer z is left out of the linear state (S alone)"),
+                        ({"kv_tensors": 1}, "the cache counts keys or values, not both"),
+                        ({"in_bytes": False}, "it counts elements, not bytes (bytes_per_element left out)"))
 
 
 GROWS_WITH_T = {"mha_kv_cache", "gqa8_kv_cache", "stack_all_mha", "stack_hybrid_LLLF"}
@@ -48,14 +59,17 @@ def _bill_item(context: CheckContext, key: str) -> Verdict:
     missing = _missing_answer(context, "MEMORY_BILL", bill)
     if missing:
         return Verdict("failed", missing)
-    value = memory_bill_expected(context.rubric.settings["memory_bill"])[key]
-    tolerance = context.rubric.tolerances.get("memory_bill_rel", 0.02)
+    setting = context.rubric.settings["memory_bill"]
+    value = memory_bill_expected(setting)[key]
     got = bill.get(key)
     if not _is_number(got):
         return Verdict("failed", f"MEMORY_BILL[{key!r}] should be a number of bytes, got {got!r}")
-    if abs(got - value) > tolerance * value:
-        return Verdict("failed", f"MEMORY_BILL[{key!r}] = {got:,.0f} bytes, off by more than "
-                                 f"{tolerance:.0%} from the expected size")
+    if got != value:
+        mistakes = [said for mistake, said in MEMORY_BILL_MISTAKES
+                    if memory_bill_expected(setting, **mistake)[key] == got != value]
+        return Verdict("failed", f"MEMORY_BILL[{key!r}] = {got:,.0f} bytes; expected {value:,} bytes at Exercise 5's "
+                                 f"sizes, exactly (off by {got - value:+,.0f}, {abs(got - value) / value:.2%})"
+                                 + (f". Diagnosis: {', or '.join(mistakes)}" if mistakes else ""))
     return Verdict("passed", f"MEMORY_BILL[{key!r}] = {got:,.0f} bytes")
 
 
@@ -136,25 +150,31 @@ def _benchmark_verdicts(context: CheckContext) -> dict[str, Verdict]:
     verdicts["benchmark_timings"] = (
         Verdict("passed", "every timing is positive and finite") if all(t > 0 for t in timings)
         else Verdict("failed", "timings must be positive milliseconds per step"))
-    verdicts["benchmark_memory"] = _benchmark_memory(bench, context.rubric.tolerances.get(
-        "benchmark_memory_rel", 0.01))
+    verdicts["benchmark_memory"] = _benchmark_memory(bench)
     return verdicts
 
 
-def _benchmark_memory(bench: dict[str, Any], tolerance: float) -> Verdict:
+def _benchmark_memory(bench: dict[str, Any]) -> Verdict:
+    """The bytes of the KV cache and of (S, z) at each length, from the benchmark's own sizes:
+    integer arithmetic, compared exactly."""
     sizes = [bench[f] for f in ("embedding_dim", "num_heads", "batch_size", "bytes_per_element")]
     if not all(isinstance(s, int) and s > 0 for s in sizes) or sizes[0] % sizes[1]:
         return Verdict("failed", "embedding_dim, num_heads, batch_size and bytes_per_element must be "
                                  "positive integers with num_heads dividing embedding_dim")
     dim, heads, batch, width = sizes
     head_dim = dim // heads
-    state = batch * (heads * head_dim * head_dim + heads * head_dim) * width
+    s_bytes, z_bytes = batch * heads * head_dim * head_dim * width, batch * heads * head_dim * width
+    state = s_bytes + z_bytes
     for length, kv, lin in zip(bench["history_lengths"], bench["kv_cache_bytes"], bench["linear_state_bytes"]):
         kv_expected = 2 * batch * length * dim * width
-        if abs(kv - kv_expected) > tolerance * kv_expected:
+        if kv != kv_expected:
             return Verdict("failed", f"at history length {length}, kv_cache_bytes = {kv:,.0f}; keys and values of "
-                                     f"one layer take {kv_expected:,} bytes at these sizes")
-        if abs(lin - state) > tolerance * state:
+                                     f"one layer take {kv_expected:,} bytes at these sizes"
+                                     + (". Diagnosis: the cache counts keys or values, not both"
+                                        if 2 * kv == kv_expected else ""))
+        if lin != state:
             return Verdict("failed", f"at history length {length}, linear_state_bytes = {lin:,.0f}; (S, z) take "
-                                     f"{state:,} bytes at these sizes, whatever the length")
+                                     f"{state:,} bytes at these sizes, whatever the length"
+                                     + (". Diagnosis: the normalizer z is left out of the state (S alone)"
+                                        if lin == s_bytes else ""))
     return Verdict("passed", "KV-cache and (S, z) bytes are right for every length")
