@@ -561,7 +561,8 @@ class Sandbox:
                                    else f"{backstop_message(timeout)}; killed")
                     break
                 pids = _sandbox_pids(uid, proc.pid)
-                used = cpu_seconds(pids)
+                # Read only when a limit needs it: a run with neither is watched for memory and disk alone.
+                used = cpu_seconds(pids) if cpu_limit is not None or idle is not None else 0.0
                 if cpu_limit is not None and used > cpu_limit:
                     timed_out = killed = True
                     stopped.append(f"{cpu_limit_message(cpu_limit)} (all its processes together); killed")

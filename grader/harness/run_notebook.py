@@ -79,7 +79,7 @@ class LimitedClient(NotebookClient):
 
 class CellWatch(threading.Thread):
     """Watches one cell's processes: past its CPU limit, or idle for ``idle_timeout`` seconds,
-    the kernel is interrupted (``stop`` says which), and killed if it goes on (it ignores the
+    the kernel is interrupted (``stop_reason`` says which), and killed if it goes on (it ignores the
     interrupt). Reaps the orphans this driver inherits, so that their CPU stays counted and
     they do not pile up as zombies."""
 
