@@ -35,9 +35,12 @@ MAX_EXECUTED_NOTEBOOK_BYTES = 64 * 2**20
 DRIVER_DONE_LINE = "G2C-DONE"   # the driver's last line on its stdout (see harness/run_notebook.py)
 HARNESS_SCRIPTS = ("run_notebook.py", "cpu_time.py")   # the driver and the CPU meter it imports
 # Cells stopped as hung (idle for the idle limit) before the driver runs no more: each costs
-# that limit of a worker's time. The whole run is stopped as hung once idle for two limits more
-# (one for the grace a cell that ignores its interrupt gets before its kernel is killed).
+# that limit of a worker's time, and one limit more if it ignores its interrupt (the grace before
+# its kernel is killed). Idle time adds up across cells (an interrupt and a short cell between
+# them use next to no CPU), so the sandbox, which stops the whole run as hung, waits for all of
+# it and one limit more: its watch is for a driver that can no longer act.
 IDLE_CELLS_GIVE_UP = 2
+RUN_IDLE_LIMITS = 2 * IDLE_CELLS_GIVE_UP + 1
 
 
 @dataclass(frozen=True)
@@ -200,7 +203,7 @@ def execute_notebook(notebook: nbformat.NotebookNode, sandbox: Sandbox, scratch:
     result = sandbox.run([sys.executable, str(work / "run_notebook.py"), str(work / "plan.json")],
                          scratch=scratch, cpu_limit=limits.notebook_timeout_s,
                          timeout=limits.backstop(limits.notebook_timeout_s),
-                         idle_limit=limits.idle_timeout_s * (IDLE_CELLS_GIVE_UP + 2),
+                         idle_limit=limits.idle_timeout_s * RUN_IDLE_LIMITS,
                          env={**GRADING_ENV, "JUPYTER_RUNTIME_DIR": str(work / "runtime"),
                               "IPYTHONDIR": str(work / "ipython")}, share=share)
     vouched = vouched_files(result.stdout)

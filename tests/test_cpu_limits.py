@@ -17,7 +17,7 @@ import nbformat
 import pytest
 import yaml
 
-from grader.execute import ExecutionResult, execute_notebook
+from grader.execute import RUN_IDLE_LIMITS, ExecutionResult, execute_notebook
 from grader.harness.cpu_time import IdleWatch, read_process
 from grader.pipeline import SubmissionGrader
 from grader.rubric import Limits, RubricError, load_rubric
@@ -227,9 +227,9 @@ def test_idle_cells_are_interrupted_as_hung_and_the_second_ends_the_run(sandbox:
 
 def test_a_run_that_stops_its_own_driver_is_killed_as_hung(sandbox: Sandbox, tmp_path: Path) -> None:
     """The cell stops the driver watching it (SIGSTOP), then sleeps: nothing inside the sandbox
-    can act, and the sandbox kills the whole run once idle for four idle limits."""
+    can act, and the sandbox kills the whole run once idle for RUN_IDLE_LIMITS idle limits."""
     result = run_cells(sandbox, tmp_path, IDLE, "import os, signal, time\nos.kill(os.getppid(), signal.SIGSTOP)\n"
                        "time.sleep(600)")
-    assert result.stopped == ["stopped as hung: it made no CPU progress for 8 s while it could have run "
-                              "(sleeping or waiting?); killed"], result.stopped
+    assert result.stopped == [f"stopped as hung: it made no CPU progress for {IDLE.idle_timeout_s * RUN_IDLE_LIMITS} s "
+                              "while it could have run (sleeping or waiting?); killed"], result.stopped
     assert result.kernel == "hung" and not result.timed_out and result.backstop() is None
