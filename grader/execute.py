@@ -38,9 +38,16 @@ HARNESS_SCRIPTS = ("run_notebook.py", "cpu_time.py")   # the driver and the CPU 
 # that limit of a worker's time, and one limit more if it ignores its interrupt (the grace before
 # its kernel is killed). Idle time adds up across cells (an interrupt and a short cell between
 # them use next to no CPU), so the sandbox, which stops the whole run as hung, waits for all of
-# it and one limit more: its watch is for a driver that can no longer act.
+# it, one limit more, and the driver's own latencies (its readings, nbclient noticing a killed
+# kernel within a second, recording the cell): its watch is for a driver that can no longer act.
 IDLE_CELLS_GIVE_UP = 2
 RUN_IDLE_LIMITS = 2 * IDLE_CELLS_GIVE_UP + 1
+RUN_IDLE_SLACK_S = 5.0
+
+
+def run_idle_limit(limits: Limits) -> float:
+    """Seconds without CPU progress after which the sandbox stops a whole notebook run as hung."""
+    return limits.idle_timeout_s * RUN_IDLE_LIMITS + RUN_IDLE_SLACK_S
 
 
 @dataclass(frozen=True)
@@ -203,7 +210,7 @@ def execute_notebook(notebook: nbformat.NotebookNode, sandbox: Sandbox, scratch:
     result = sandbox.run([sys.executable, str(work / "run_notebook.py"), str(work / "plan.json")],
                          scratch=scratch, cpu_limit=limits.notebook_timeout_s,
                          timeout=limits.backstop(limits.notebook_timeout_s),
-                         idle_limit=limits.idle_timeout_s * RUN_IDLE_LIMITS,
+                         idle_limit=run_idle_limit(limits),
                          env={**GRADING_ENV, "JUPYTER_RUNTIME_DIR": str(work / "runtime"),
                               "IPYTHONDIR": str(work / "ipython")}, share=share)
     vouched = vouched_files(result.stdout)

@@ -2,11 +2,10 @@
 
 Every hostile notebook of ``tests/adversarial.py`` is graded in ONE batch together with an
 honest submission, through the real ``grade_batch`` (real bubblewrap sandbox, two workers,
-reduced limits). The module fixture first grades the honest notebook alone, snapshots what no
-submission may touch (the repository, ``/work/shared``, the batch's output folder, a canary in
+reduced limits). The module fixture snapshots what no submission may touch (the repository, ``/work/shared``, the batch's output folder, a canary in
 the host's ``/tmp``), runs a TCP and UDP server on 127.0.0.1, grades the batch and snapshots
-again. Each test then reads the results: the batch completed, the honest submission's results
-are the same as alone, an attack earns no more than the honest baseline (and a cheat no more
+again. Each test then reads the results: the batch completed, the honest submission earns exactly
+what its cells give, an attack earns no more than the honest baseline (and a cheat no more
 than the same code without its cheat), nothing outside its scratch changed, and its
 ``results.json`` says what was stopped.
 
@@ -124,7 +123,6 @@ class World:
     out_dir: Path
     results: dict[str, dict]                       # results.json per submission id
     executed: dict[str, bytes | None]              # executed.ipynb per submission id
-    honest_alone: dict
     submissions: dict[str, bytes]                  # the submitted files
     secrets: dict[str, str]                        # what a leak would show -> where it comes from
     before: dict[str, Snapshot]
@@ -158,8 +156,8 @@ def world(tmp_path_factory: pytest.TempPathFactory, assignment: Assignment) -> W
     rubric = assignment.rubric.with_limits(**LIMITS)
     sandbox = make_sandbox(rubric.limits, allow_unsandboxed=False)
     root = tmp_path_factory.mktemp("adversarial")
-    submissions, out_dir, alone_dir, scratch = (root / n for n in ("submissions", "out", "alone", "scratch"))
-    for folder in (submissions, out_dir, alone_dir, scratch):
+    submissions, out_dir, scratch = (root / n for n in ("submissions", "out", "scratch"))
+    for folder in (submissions, out_dir, scratch):
         folder.mkdir()
     canary = Path("/tmp") / f"g2c-adversarial-canary-{uuid.uuid4().hex}"
     canary.write_text("the host's /tmp: no submission may touch this file")
@@ -176,8 +174,6 @@ def world(tmp_path_factory: pytest.TempPathFactory, assignment: Assignment) -> W
         for name, build in ATTACKS.items():
             adv.write_submission(build(targets), submissions / f"{name}.ipynb")
 
-        grade_batch(discover([submissions / f"{HONEST}.ipynb"]), assignment, sandbox, rubric, alone_dir, 1,
-                    progress=io.StringIO())
         # What a submission may try to overwrite in the out dir before the batch gets there.
         (out_dir / "bystander").mkdir()
         (out_dir / "bystander" / "results.json").write_text('{"score": 1}')
@@ -203,7 +199,6 @@ def world(tmp_path_factory: pytest.TempPathFactory, assignment: Assignment) -> W
                  if (out_dir / i / "results.json").is_file()},
         executed={i: (out_dir / i / "executed.ipynb").read_bytes() if (out_dir / i / "executed.ipynb").is_file()
                   else None for i in ids},
-        honest_alone=json.loads((alone_dir / HONEST / "results.json").read_text()),
         submissions=submitted,
         secrets=_secret_markers(assignment, honest_canary),
         before=before, after=after, canary=canary_before, canary_after=canary_after,
@@ -223,14 +218,16 @@ def test_the_batch_completes_without_internal_errors(world: World) -> None:
     assert gradescope_valid(world.out_dir, expected) == len(expected)   # not the pre-seeded bystander
 
 
-def test_the_honest_submission_is_graded_as_when_alone(world: World) -> None:
-    def summary(result: dict) -> list[tuple[str, str, float]]:
-        return [(name, t["status"], t["score"]) for name, t in items_by_id(result).items()]
-
-    assert summary(world.results[HONEST]) == summary(world.honest_alone)
-    assert world.results[HONEST]["score"] == world.honest_alone["score"]
-    # The baseline really is a full-marks scaffold: the attacks below compete with that.
-    assert all(_items(world.honest_alone)[name]["status"] == "passed" for name in FORWARD_ITEMS + STEP_ITEMS)
+def test_the_honest_submission_earns_exactly_what_its_cells_give(world: World) -> None:
+    """Graded among the attacks, the honest baseline (the master's cells without Exercise 1 and
+    without written answers) passes every other item with full points: nothing in the batch
+    touched its grade. The baseline really is a full-marks scaffold: the attacks compete with that."""
+    items = _items(world.results[HONEST])
+    not_given = {name for name, test in items.items() if set(test["tags"]) & {"benchmark", "written"}}
+    assert {name for name, test in items.items() if test["status"] != "passed"} == not_given
+    assert all(test["score"] == test["max_score"] for name, test in items.items() if name not in not_given)
+    assert world.results[HONEST]["score"] == sum(items[name]["max_score"] for name in set(items) - not_given)
+    assert set(FORWARD_ITEMS + STEP_ITEMS) <= set(items) - not_given
 
 
 @pytest.mark.parametrize("attack", sorted(ATTACKS))

@@ -17,7 +17,7 @@ import nbformat
 import pytest
 import yaml
 
-from grader.execute import RUN_IDLE_LIMITS, ExecutionResult, execute_notebook
+from grader.execute import ExecutionResult, execute_notebook, run_idle_limit
 from grader.harness.cpu_time import IdleWatch, read_process
 from grader.pipeline import SubmissionGrader
 from grader.rubric import Limits, RubricError, load_rubric
@@ -127,6 +127,7 @@ def test_the_backstop_factor_and_the_idle_limit_are_validated(tmp_path: Path, li
 # ----------------------------------------------------------------------------- idle code
 
 IDLE = Limits(cell_timeout_s=30, notebook_timeout_s=300, idle_timeout_s=2)
+QUICK_IDLE = Limits(cell_timeout_s=30, notebook_timeout_s=300, idle_timeout_s=1)   # where only the sandbox acts
 HUNG = "stopped as hung: it made no CPU progress for 2 s while it could have run (sleeping or waiting?)"
 
 
@@ -219,7 +220,8 @@ def test_idle_cells_are_interrupted_as_hung_and_the_second_ends_the_run(sandbox:
     result = run_cells(sandbox, tmp_path, IDLE, "import time\ntime.sleep(600)", "a = 1",
                        "import signal, threading\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
                        "lock = threading.Lock()\nlock.acquire()\nlock.acquire()", "b = 2")
-    assert [run.status for run in result.cells] == ["timeout", "ok", "timeout", "not_run"], result.cells
+    assert [run.status for run in result.cells] == ["timeout", "ok", "timeout", "not_run"], \
+        (result.cells, result.kernel, result.stopped, result.notes)
     for run in (result.cells[0], result.cells[2]):
         assert run.error == f"CellTimeoutError: the cell was {HUNG}; it was interrupted", run.error
     assert result.kernel == "hung" and not result.timed_out and result.backstop() is None
@@ -227,9 +229,9 @@ def test_idle_cells_are_interrupted_as_hung_and_the_second_ends_the_run(sandbox:
 
 def test_a_run_that_stops_its_own_driver_is_killed_as_hung(sandbox: Sandbox, tmp_path: Path) -> None:
     """The cell stops the driver watching it (SIGSTOP), then sleeps: nothing inside the sandbox
-    can act, and the sandbox kills the whole run once idle for RUN_IDLE_LIMITS idle limits."""
-    result = run_cells(sandbox, tmp_path, IDLE, "import os, signal, time\nos.kill(os.getppid(), signal.SIGSTOP)\n"
+    can act, and the sandbox kills the whole run once idle for ``run_idle_limit``."""
+    result = run_cells(sandbox, tmp_path, QUICK_IDLE, "import os, signal, time\nos.kill(os.getppid(), signal.SIGSTOP)\n"
                        "time.sleep(600)")
-    assert result.stopped == [f"stopped as hung: it made no CPU progress for {IDLE.idle_timeout_s * RUN_IDLE_LIMITS} s "
+    assert result.stopped == [f"stopped as hung: it made no CPU progress for {run_idle_limit(QUICK_IDLE):g} s "
                               "while it could have run (sleeping or waiting?); killed"], result.stopped
     assert result.kernel == "hung" and not result.timed_out and result.backstop() is None

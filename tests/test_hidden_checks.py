@@ -3,6 +3,8 @@
 Every ``correct_*`` scaffold must earn every scaffold item; every ``mutant_*`` must lose
 points, and a mutant with a named mistake must lose exactly the items of that mistake's
 concern (plus ``equivalence`` where its two forms disagree), with a message that names it.
+Every mutant has an entry in ``MISTAKES``, and any item it loses outside its mistake's
+concerns must be listed there with the reason (error carried forward, as a property).
 
 The corpus runs through the probe harness's own case code in this process
 (``probe_in_process``) and the real checks, a second or two per scaffold. A few scaffolds go
@@ -10,9 +12,11 @@ through the real sandboxed probe as well, and must be graded exactly as in proce
 """
 from __future__ import annotations
 
+import math
 import re
 import tempfile
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
@@ -21,6 +25,8 @@ import pytest
 from grader.assignment import Assignment
 from grader.checks import CheckContext, Verdict, decide
 from grader.checks import linear_attention as checks
+from grader.checks.compare import Mismatch, scaled
+from grader.checks.linear_attention import cases as inputs
 from grader.checks.linear_attention import items, model
 from grader.checks.linear_attention.answers import (GROWS_WITH_T, MEMORY_BILL_MISTAKES, answer_checks,
                                                     memory_bill_expected)
@@ -80,6 +86,15 @@ NAMED = {
     "mutant_inplace_returns_clone": ({"state_not_mutated"}, "state_not_mutated", MUTATED),
     "mutant_inplace_z_only": ({"state_not_mutated"}, "state_not_mutated", MUTATED),
     "mutant_state_buffer_on_self": ({"state_not_mutated"}, "state_not_mutated", MUTATED),
+    # Decay bugs found by what they compute (named, or a factor measured per logit): the decay items only.
+    "mutant_decay_exp_neg_logit": ({"decay_parallel", "decay_recurrent"}, "decay_parallel",
+                                   "uses exp(-gamma_logit) as the decay"),
+    "mutant_decay_heads_averaged": ({"decay_per_head"}, "decay_per_head", "the mean of the heads' decays"),
+    "mutant_decay_clamped": ({"decay_parallel", "decay_recurrent"}, "decay_parallel",
+                             "0.99 for gamma_logit = 50 (sigmoid gives 1)"),
+    # Sequences of a batch that mix see what they must not: causality charges it in forward.
+    "mutant_batch_keys_summed": ({"causality", "equivalence"}, "causality", "the keys of every sequence in the batch"),
+    "mutant_batch_state_shared": ({"equivalence"}, "equivalence", "step mixes the sequences of a batch"),
 }
 # Further items whose message must carry the named mistake's diagnosis: (item, words).
 ALSO_DIAGNOSED = {
@@ -98,18 +113,120 @@ RAISING = {
 }
 
 
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A mutant's mistake: the rubric concerns (the items' tags) it belongs to and the forms
+    that make it; ``because``: each item of another concern it costs, and why."""
+
+    concerns: tuple[str, ...]
+    forms: tuple[str, ...]
+    because: dict[str, str] = field(default_factory=dict)
+
+
+BOTH, FORWARD, STEP = ("forward", "step"), ("forward",), ("step",)
+LEAKS = "the mistake really lets later tokens reach earlier outputs"
+
+
+def _unusable(why: str, *items: str) -> dict[str, str]:
+    return dict.fromkeys(items, f"{why}: no item that reads them can pass")
+
+
+def _raising(name: str) -> Mistake:
+    form, needing = RAISING[name]
+    return Mistake((), (form,), dict.fromkeys(needing - {"equivalence"}, f"{form} raised on every input: every item "
+                                                                          "that needs it is 0, said once plainly"))
+
+
+# Error carried forward, as a property of the corpus: every mutant has an entry here, and every
+# item it loses carries one of its mistake's concerns, is equivalence for a mistake in one form
+# (its forms then disagree), or is listed with the reason it is lost too.
+MISTAKES = {
+    "mutant_batch_keys_summed": Mistake(("causality",), FORWARD),
+    "mutant_batch_state_shared": Mistake(("causality",), STEP),
+    "mutant_decay_clamped": Mistake(("decay",), BOTH),
+    "mutant_decay_exp_neg_logit": Mistake(("decay",), BOTH),
+    "mutant_decay_heads_averaged": Mistake(("decay",), BOTH),
+    "mutant_decay_only_in_forward": Mistake(("decay",), STEP),
+    "mutant_decay_only_in_step": Mistake(("decay",), FORWARD),
+    "mutant_decay_s_not_z": Mistake(("decay",), STEP),
+    "mutant_decay_squared": Mistake(("decay",), BOTH),
+    "mutant_decay_z_not_s": Mistake(("decay",), STEP),
+    "mutant_denominator_unmasked_row": Mistake(("normalization",), FORWARD, {"causality": LEAKS}),
+    "mutant_diagonal_masked_out": Mistake(("alignment",), FORWARD),
+    "mutant_empty_output": Mistake((), BOTH, _unusable(
+        "its outputs are empty", "equivalence", "normalization", "alignment", "causality", "decay_parallel", "decay_per_head",
+        "hybrid_lm", "state_fixed_size", "state_resume")),
+    "mutant_feature_map_not_positive": Mistake(("normalization",), BOTH),
+    "mutant_forward_not_implemented": _raising("mutant_forward_not_implemented"),
+    "mutant_future_mask": Mistake(("causality",), FORWARD),
+    "mutant_heads_merged_without_transpose": Mistake(("equivalence",), FORWARD, {"causality": LEAKS}),
+    "mutant_heads_mixed": Mistake(("decay",), BOTH),
+    "mutant_heads_swapped_in_step": Mistake(("decay",), STEP),
+    "mutant_history_in_class_attribute": Mistake(("state",), STEP),
+    "mutant_inplace_returns_clone": Mistake(("state",), STEP),
+    "mutant_inplace_step": Mistake(("state",), STEP),
+    "mutant_inplace_z_only": Mistake(("state",), STEP),
+    "mutant_nan_output": Mistake(("normalization",), STEP, _unusable(
+        "step's outputs are not finite (NaN never equals NaN)", "alignment", "state_fixed_size", "state_resume")),
+    "mutant_normalizer_dropped": Mistake(("normalization",), BOTH),
+    "mutant_normalizer_wrong_axis": Mistake(("normalization",), FORWARD, {"causality": LEAKS}),
+    "mutant_one_minus_decay": Mistake(("decay",), BOTH),
+    "mutant_output_before_update": Mistake(("alignment",), STEP),
+    "mutant_phi_on_q_only": Mistake(("normalization",), BOTH),
+    "mutant_phi_on_v": Mistake(("normalization",), BOTH),
+    "mutant_raw_logit_decay": Mistake(("decay",), BOTH),
+    "mutant_readout_transposed": Mistake(("equivalence",), STEP),
+    "mutant_softmax_in_forward": Mistake(("normalization", "decay"), FORWARD, {
+        "hybrid_lm": "softmax attention is no computation the checks know, so no trusted model computes it: the item "
+                     "is not judged (error, in the TA's review list), never charged as a failure"}),
+    "mutant_state_buffer_on_self": Mistake(("state",), STEP),
+    "mutant_state_decayed_twice": Mistake(("decay",), STEP),
+    "mutant_step_caches_history": Mistake(("state",), STEP),
+    "mutant_step_not_implemented": _raising("mutant_step_not_implemented"),
+    "mutant_step_returns_given_state": Mistake(("decay",), STEP),
+    "mutant_wrong_output_shape": Mistake((), FORWARD, _unusable(
+        "its outputs are (B, H, T, d_h), not (B, T, D)", "normalization", "alignment", "causality", "decay_parallel",
+        "decay_per_head", "hybrid_lm")),
+}
+
+
 def _context(assignment: Assignment, probe) -> CheckContext:
     return CheckContext(assignment.rubric, assignment.master_path, probe, None, None, "not executed in this test")
 
 
-def grade_in_process(name: str) -> dict[str, Verdict]:
-    """One scaffold through the harness's case code (in this process) and the real checks."""
+def grade_in_process(name: str) -> tuple[dict[str, Verdict], dict[str, float]]:
+    """One scaffold through the harness's case code (in this process) and the real checks: its
+    verdicts, and how far its outputs are from the reference (``deviation``)."""
     assignment = Assignment("linear_attention")
     source, _ = submission_module_source(assignment.master, as_scaffolds(assignment.master, scaffold_cell(
         assignment.master, (SCAFFOLDS / f"{name}.py").read_text())))
-    probe = probe_in_process(source, checks.probe_cases(assignment.rubric), checks.PROBE_DRIVER)
+    cases = checks.probe_cases(assignment.rubric)
+    probe = probe_in_process(source, cases, checks.PROBE_DRIVER)
     verdicts = checks.evaluate(_context(assignment, probe))
-    return {item: verdicts[item] for item in checks.SCAFFOLD_ITEMS}
+    return {item: verdicts[item] for item in checks.SCAFFOLD_ITEMS}, deviation(items.Evidence(_context(assignment, probe),
+                                                                                              cases))
+
+
+def deviation(evidence: items.Evidence) -> dict[str, float]:
+    """Per dtype, the largest scaled error of the forward and step-loop outputs from the
+    reference (under the closer EPS convention) over every shape and decay, as the checks
+    compute it; inf where a run failed or its output has another shape or is not finite. A
+    float32 step run that was not needed (its float64 run ran) is left out."""
+    worst = {"float64": 0.0, "float32": 0.0}
+    for name in inputs.names("forward") + inputs.names("steps"):
+        for dtype, run in (("float64", name), ("float32", inputs.twin_name(name))):
+            if evidence.output(run).status == "not_run":
+                continue
+            got = evidence.y(run)
+            if isinstance(got, str):
+                worst[dtype] = math.inf
+                continue
+            result, expected = evidence.output_mismatch(run, got, model.REFERENCE, None)
+            worst[dtype] = max(worst[dtype], result.max_abs / scaled(1.0, expected) if isinstance(result, Mismatch)
+                               else math.inf)
+    return worst
 
 
 def _one_thread() -> None:
@@ -118,10 +235,15 @@ def _one_thread() -> None:
 
 
 @pytest.fixture(scope="module")
-def corpus() -> dict[str, dict[str, Verdict]]:
+def graded() -> dict[str, tuple[dict[str, Verdict], dict[str, float]]]:
     names = CORRECT + MUTANTS + list(CHEATS)
     with ProcessPoolExecutor(max_workers=2, initializer=_one_thread) as pool:
         return dict(zip(names, pool.map(grade_in_process, names)))
+
+
+@pytest.fixture(scope="module")
+def corpus(graded) -> dict[str, dict[str, Verdict]]:
+    return {name: verdicts for name, (verdicts, _) in graded.items()}
 
 
 @pytest.fixture(scope="module")
@@ -145,8 +267,72 @@ def test_every_mutant_loses_points_and_no_check_crashes(corpus, points, name):
     verdicts = corpus[name]
     assert sum(points[i] for i, v in verdicts.items() if v.status == "passed") < sum(points.values())
     assert verdicts["scaffold_present"].status == "passed"
-    crashed = {i: v.message for i, v in verdicts.items() if v.status == "error"}
+    crashed = {i: v.message for i, v in verdicts.items() if v.status == "error" and not v.message.startswith("not judged: ")}
     assert not crashed, crashed
+    assert all(v.internal is None for v in verdicts.values())
+
+
+def test_every_item_a_mutant_loses_is_its_mistakes_concern_or_said_why(assignment, corpus):
+    """Error carried forward as a property of the whole corpus (see MISTAKES), with the figures."""
+    tags = {item.name: set(item.tags) for item in assignment.rubric.items}
+    assert set(MISTAKES) == set(MUTANTS), f"corpus entries missing or stale: {set(MISTAKES) ^ set(MUTANTS)}"
+    own = carried = 0
+    unexplained, stale = {}, {}
+    for name, mistake in MISTAKES.items():
+        lost = {item for item, verdict in corpus[name].items() if verdict.status != "passed"}
+        for item in sorted(lost):
+            if tags[item] & set(mistake.concerns) or (item == "equivalence" and len(mistake.forms) == 1):
+                own += 1
+            elif item in mistake.because:
+                carried += 1
+            else:
+                unexplained.setdefault(name, {})[item] = corpus[name][item].message
+        if set(mistake.because) - lost:
+            stale[name] = sorted(set(mistake.because) - lost)
+    print(f"\n{len(MISTAKES)} mutants lose {own + carried} items: {own} of their mistake's concern, {carried} of another "
+          f"with the reason listed, {sum(map(len, unexplained.values()))} unexplained")
+    assert not unexplained, unexplained
+    assert not stale, f"reasons listed for items the mutant no longer loses: {stale}"
+
+
+# Correct code whose float64 run is right at float32 precision only (float32 arithmetic inside,
+# no float64 run at all, or EPS placed elsewhere): the float32 tolerance decides it, with a note.
+FLOAT32_PRECISION = {"correct_float32_only", "correct_float_cast", "correct_eps_in_numerator_too",
+                     "correct_eps_in_feature_map"}
+MARGIN = 10   # each tolerance at least this far from what it must accept and from what it must catch
+# Its outputs are the recurrence's but for where EPS sits (gamma cancels): its mistake is the state's.
+OUTPUTS_RIGHT = {"mutant_state_decayed_twice"}
+
+
+def test_each_tolerance_sits_between_honest_variation_and_the_smallest_mistake(assignment, graded):
+    """The rubric's float64_abs and float32_abs against the corpus: the largest scaled error of a
+    correct implementation's outputs from the reference (float64 runs of float64 code; float32
+    runs of all), and the smallest of a mutant whose outputs differ, each at least MARGIN away."""
+    tolerances = assignment.rubric.tolerances
+    deviations = {name: figures for name, (_, figures) in graded.items()}
+    honest64 = max((deviations[n]["float64"], n) for n in CORRECT if n not in FLOAT32_PRECISION)
+    honest32 = max(max((deviations[n]["float32"], n) for n in CORRECT),
+                   max((deviations[n]["float64"], n) for n in FLOAT32_PRECISION if n != "correct_float_cast"))
+    precision32 = min((deviations[n]["float64"], n) for n in FLOAT32_PRECISION if n != "correct_float_cast")
+    mistakes = sorted((deviations[n]["float64"], n) for n in set(MUTANTS) - OUTPUTS_RIGHT
+                      if deviations[n]["float64"] > tolerances["float64_abs"])
+    print(f"\nfloat64_abs {tolerances['float64_abs']:g}: honest float64 code at most {honest64[0]:.2g} ({honest64[1]}), "
+          f"float64 code at float32 precision at least {precision32[0]:.2g} ({precision32[1]}); "
+          f"float32_abs {tolerances['float32_abs']:g}: honest float32 precision at most {honest32[0]:.2g} ({honest32[1]}), "
+          f"the smallest mistake in the outputs {mistakes[0][0]:.2g} ({mistakes[0][1]}), then {mistakes[1][0]:.2g} "
+          f"({mistakes[1][1]})")
+    assert honest64[0] * MARGIN <= tolerances["float64_abs"] <= precision32[0] / MARGIN, (honest64, precision32)
+    assert honest32[0] * MARGIN <= tolerances["float32_abs"] <= mistakes[0][0] / MARGIN, (honest32, mistakes[:3])
+
+
+def test_an_item_that_cannot_be_judged_is_an_error_with_its_reason(corpus):
+    """Never a silent failure: the item is `error` (0 points, in the TA's review list) and says why."""
+    assert corpus["mutant_softmax_in_forward"]["hybrid_lm"].status == "error"
+    assert corpus["mutant_softmax_in_forward"]["hybrid_lm"].message.startswith(
+        "not judged: your forward computes neither the reference nor a known mistake")
+    verdict = corpus["mutant_nan_output"]["state_fixed_size"]
+    assert verdict.status == "error" and verdict.message.startswith(
+        "not judged: step does not go on from the state it returned"), verdict.message
 
 
 @pytest.mark.parametrize("name", sorted(NAMED))
@@ -172,7 +358,12 @@ def _diagnosis(message: str) -> str:
     return message.split("Diagnosis: ", 1)[1].split(" (case ", 1)[0]
 
 
-@pytest.mark.parametrize("name", sorted(set(NAMED) - {"mutant_step_caches_history", "mutant_history_in_class_attribute"}))
+# Their diagnoses are not one of the checks' sentences: history kept elsewhere is said by what
+# resuming showed; a fitted decay by the factors measured for the logits the case labels show.
+MEASURED_DIAGNOSES = {"mutant_step_caches_history", "mutant_history_in_class_attribute", "mutant_decay_clamped"}
+
+
+@pytest.mark.parametrize("name", sorted(set(NAMED) - MEASURED_DIAGNOSES))
 def test_the_diagnosis_line_names_the_mistake_and_no_hidden_input(corpus, name):
     """The line is the checks' own sentence about the mistake (no value of a hidden input can
     be in it), in the item of its concern and in every other item it costs that names it."""
@@ -202,6 +393,18 @@ def test_float32_only_code_is_told_why_and_keeps_its_points(corpus):
         message = corpus[name]["equivalence"].message
         assert "float32" in message and "float64" in message and corpus[name]["equivalence"].status == "passed"
     assert "x.float()" in corpus["correct_float_cast"]["causality"].message
+    assert "in float64 it could not run" in corpus["correct_float_cast"]["causality"].message
+
+
+@pytest.mark.parametrize("name", ["correct_eps_in_numerator_too", "correct_eps_in_feature_map"])
+def test_a_note_on_float64_code_says_what_was_measured(corpus, name):
+    """Code whose float64 run returns float64 arrays off by ~1e-7 (EPS placed elsewhere, or
+    float32 arithmetic inside: the same from outside) is not told that it computes in float32."""
+    notes = [v.message for v in corpus[name].values() if "correct at float32 tolerance" in v.message]
+    assert notes, f"{name} was expected to be right at float32 tolerance only somewhere"
+    for message in notes:
+        assert "the arrays your float64 run returned are float64" in message, message
+        assert "computes in float32" not in message and "seems to" not in message, message
 
 
 def test_wrong_shapes_fail_with_both_shapes_never_a_crash(corpus):
@@ -255,10 +458,12 @@ def test_resuming_labels_the_two_runs_never_expected_and_got(corpus):
     assert "uninterrupted " in message and ", resumed " in message and "expected" not in message, message
 
 
-def test_tampering_with_parameters_fails_the_hybrid_model(corpus):
-    """The trusted model is built from the seed, not from what the student's process reports."""
+def test_tampering_with_parameters_earns_nothing_from_the_hybrid_model(corpus):
+    """A forward that zeroes its own out_proj computes nothing the checks know: the hybrid model
+    is not judged (0 points, for a person to look at), whatever the student's process reports."""
     verdict = corpus["cheat_tampers_with_parameters"]["hybrid_lm"]
-    assert verdict.status == "failed" and "built from the same seed" in verdict.message
+    assert verdict.status == "error" and verdict.message.startswith("not judged: your forward computes neither"), \
+        verdict.message
 
 
 def test_a_changed_state_is_named_by_part_position_and_both_values(corpus):

@@ -216,7 +216,8 @@ def test_memory_of_many_processes_together_is_limited(tmp_path: Path) -> None:
 def test_runs_sharing_memory_are_limited_together_and_the_one_holding_most_is_stopped(tmp_path: Path) -> None:
     """One submission's notebook and probe run at once: each under the limit, together over it.
     Each holds its memory until the file ``release`` appears in its scratch (or for 100 s); the
-    small one is released once the large one's run has ended."""
+    small one is released once the large one's run has ended and it holds all of its memory
+    (the file ``held``) for longer than two of the watch's readings."""
     box, share = Sandbox(Limits(memory_bytes=2**30)), MemoryShare()
     results: dict[str, SandboxResult] = {}
 
@@ -224,6 +225,7 @@ def test_runs_sharing_memory_are_limited_together_and_the_one_holding_most_is_st
         scratch = tmp_path / name
         scratch.mkdir()
         (scratch / "hold.py").write_text(f"import os, time\nheld = b'x' * ({mib} * 2**20)\n"
+                                         f"open({str(scratch / 'held')!r}, 'w').close()\n"
                                          "deadline = time.monotonic() + 100\n"
                                          f"while not os.path.exists({str(scratch / 'release')!r}) "
                                          "and time.monotonic() < deadline:\n    time.sleep(0.05)\nprint('DONE')\n")
@@ -233,6 +235,10 @@ def test_runs_sharing_memory_are_limited_together_and_the_one_holding_most_is_st
     for thread in holding.values():
         thread.start()
     holding["large"].join()
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "small" / "held").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.6)
     (tmp_path / "small" / "release").touch()
     holding["small"].join()
     large, small = results["large"], results["small"]

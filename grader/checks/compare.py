@@ -142,24 +142,26 @@ def describe_scaled(result: Mismatch | str, got: np.ndarray | None, expected: np
 
 @dataclass(frozen=True)
 class DtypeRule:
-    """The tolerances of the dtype rule, and how a float64 case names its float32 twin."""
+    """The tolerances of the dtype rule, how a float64 case names its float32 twin, and the
+    dtype of the arrays a run returned as received here (None: none received)."""
 
     float64_tolerance: float
     float32_tolerance: float
     twin: Callable[[str], str | None]
+    received_dtype: Callable[[str], str | None] = lambda name: None
 
     def judge(self, names: Sequence[str], problem: Callable[[str, float], str | None],
               what: str) -> Verdict:
         """Apply the rule to the float64 cases ``names``. ``problem(run, tolerance)`` says what
         is wrong with one run at one tolerance (None: nothing)."""
-        strict = next((p for p in (problem(n, self.float64_tolerance) for n in names) if p), None)
+        strict = next(((n, p) for n, p in ((n, problem(n, self.float64_tolerance)) for n in names) if p), None)
         if strict is None:
             return Verdict("passed", f"{what}: all {len(names)} cases within {self.float64_tolerance:g} (float64)")
         for name in names:
             found = self._loose_problem(name, problem)
             if found:
                 return Verdict("failed", f"{what}: {found}")
-        return Verdict("passed", f"{what}: {float32_note(self, strict)}")
+        return Verdict("passed", f"{what}: {float32_note(self, strict[1], self.received_dtype(strict[0]))}")
 
     def _loose_problem(self, name: str, problem: Callable[[str, float], str | None]) -> str | None:
         """None when the float64 run or its twin is within the float32 tolerance; else the
@@ -177,8 +179,19 @@ class DtypeRule:
 RUN_FAILED = "could not run"   # how a problem that is not a numeric mismatch begins
 
 
-def float32_note(rule: DtypeRule, float64_problem: str) -> str:
-    """The one note every item gives code that is right only at float32 precision."""
-    return (f"correct at float32 tolerance {rule.float32_tolerance:g}, so full marks; in float64 it missed "
-            f"{rule.float64_tolerance:g} ({float64_problem}). Your code seems to compute in float32 (a "
-            "hard-coded dtype, or x.float()?); use the input's dtype.")
+def float32_note(rule: DtypeRule, float64_problem: str, received: str | None) -> str:
+    """The one note every item gives code that is right only at float32 precision. It says what
+    was measured: the float64 run did not run, returned float32 arrays, or returned float64
+    arrays off by more than float64 rounding (float32 arithmetic inside, or a small difference in
+    the computation itself such as where EPS sits, look the same from outside)."""
+    passed = f"correct at float32 tolerance {rule.float32_tolerance:g}, so full marks"
+    if RUN_FAILED in float64_problem:
+        return (f"{passed}; in float64 it {float64_problem}, while its float32 run is right. Does your code "
+                "hard-code float32 (x.float()?)? Use the input's dtype.")
+    missed = f"in float64 it missed {rule.float64_tolerance:g} ({float64_problem})"
+    if received == "float32":
+        return (f"{passed}; {missed}: your float64 run returned float32 arrays, so your code computes in float32 "
+                "(a hard-coded dtype, or x.float()?); use the input's dtype.")
+    returned = f"the arrays your float64 run returned are {received}, so " if received else ""
+    return (f"{passed}; {missed}: {returned}a part of the computation differs by about that much (a float32 step "
+            "inside, or a small difference such as where a stabilizing epsilon sits?).")

@@ -16,8 +16,8 @@ from pathlib import Path
 from grader.checks import CheckContext, Verdict, decide, execution_verdict
 from grader.checks.linear_attention import cases as inputs
 from grader.checks.linear_attention.answers import answer_checks
-from grader.checks.linear_attention.hybrid import hybrid_problem
-from grader.checks.linear_attention.items import NEEDS, SCAFFOLD_CHECKS, Evidence, needing
+from grader.checks.linear_attention.hybrid import hybrid_problem, run_failure
+from grader.checks.linear_attention.items import NEEDS, SCAFFOLD_CHECKS, Evidence, needing, not_judged
 from grader.probe import ProbeCase
 from grader.rubric import Rubric
 
@@ -30,15 +30,28 @@ def probe_cases(rubric: Rubric) -> list[ProbeCase]:
 
 
 def check_hybrid(ev: Evidence) -> Verdict:
-    """The model runs forward and backward, and its logits, loss and gradients are the trusted model's."""
+    """The model runs forward and backward, and its logits, loss and gradients are the trusted
+    model's, whose layers compute what the student's forward was found to compute. A forward
+    that matches no known computation leaves no trusted model to compare with: the item is not
+    judged (its numbers are the other forward items' concern), unless the model did not run."""
     floor = ev.context.rubric.tolerances["hybrid_gradient_floor"]
+    variant = ev.forward_variant
+    if variant is None:
+        run = ev.ran("hybrid_float64")
+        failure = run_failure(ev.output(run), ev.inputs[run])
+        if failure:
+            return Verdict("failed", f"HybridTransformerLM with your layer: {failure}")
+        return not_judged("your forward computes neither the reference nor a known mistake (see the other forward "
+                          "items), so no trusted model computes what it does; the model ran forward and backward")
 
     def problem(run: str, tolerance: float) -> str | None:
-        return hybrid_problem(ev.output(run), ev.inputs[run], ev.context.master_path, ev.forward_variant,
-                              tolerance, floor)
+        return hybrid_problem(ev.output(run), ev.inputs[run], ev.context.master_path, variant, tolerance, floor)
     verdict = ev.rule.judge(["hybrid_float64"], problem, "HybridTransformerLM with your layer")
     if verdict.status == "passed":
-        return Verdict("passed", "forward and backward run, and the logits, the loss and every parameter's gradient "
+        gradients = ("every parameter's gradient but gamma_logit's (your decay's own function of it was measured "
+                     "at the probe's values only; the decay items judge it)" if "fitted" in (variant.decay_s, variant.decay_z)
+                     else "every parameter's gradient")
+        return Verdict("passed", f"forward and backward run, and the logits, the loss and {gradients} "
                                  f"match the trusted model's; {verdict.message}")
     return verdict
 

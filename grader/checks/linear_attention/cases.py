@@ -2,6 +2,8 @@
 
 Every case exists twice, ``<name>_float64`` and its twin ``<name>_float32`` (the same inputs,
 with the layer and the input in float32): see the dtype rule in ``grader.checks.compare``.
+Where a float32-accurate run is judged on its float64 run alone (every kind but ``forward``,
+whose twins share one worker), the twin runs only when its float64 case could not.
 Inputs are ordinary (unit-scale projections), so phi(q).z stays far above EPS and every EPS
 convention gives the same outputs to float64 precision.
 
@@ -25,7 +27,8 @@ from grader.probe import MAX_STATE_ARRAYS, ProbeCase, Segments
 # (batch, tokens, embedding_dim, heads): batch 1 and > 1, T from 1 to 256, d_h from 2 to 8.
 SHAPES = ((1, 1, 8, 2), (2, 17, 12, 3), (3, 64, 16, 4), (1, 256, 32, 4))
 GAMMAS = ("none", "mild", "strong", "per_head")
-# Where the checks find which computation each form does: distinct decays per head, T >= 64.
+# Where the checks find which computation each form does, under every decay setting (a decay
+# mistake can show at one only: a clamp below 1 at gamma = 1).
 IDENTIFYING_SHAPES = (2, 3)
 
 RESUME_TOKENS, RESUME_SEGMENTS = 16, [(0, 9), (9, 16)]
@@ -100,6 +103,12 @@ def segments(tokens: int) -> Segments:
     return token_segments(list(zip(bounds, bounds[1:])))
 
 
+def unchanged_rows(batch: int) -> int:
+    """The sequences of a causality pair whose tokens up to its cut are the same in both inputs:
+    all but the last, which the changed input replaces whole (one sequence alone: that one)."""
+    return max(1, batch - 1)
+
+
 def name(kind: str, shape: int, gamma: str, dtype: str = "float64") -> str:
     return f"{kind}_s{shape}_{gamma}_{dtype}"
 
@@ -160,10 +169,15 @@ def _probe_cases() -> tuple[ProbeCase, ...]:
             for gamma in GAMMAS:
                 arrays = _layer_inputs([shape_index, GAMMAS.index(gamma)], shape, gamma)
                 layer = {"embedding_dim": shape[2], "num_heads": shape[3]}
-                cases += _both_dtypes(name(kind, shape_index, gamma)[: -len("_float64")], kind, layer, arrays,
+                base = name(kind, shape_index, gamma)[: -len("_float64")]
+                # A step run is a worker per segment: its float32 twin only for code that cannot
+                # run in float64 (float32-accurate code is judged on its float64 run).
+                cases += _both_dtypes(base, kind, layer, arrays, [base] if kind == "steps" else None,
                                       cut=segments(shape[1]) if kind == "steps" else None,
                                       batch=FORWARD_BATCH if kind == "forward" else "")
-    # Causality: the same weights on an input whose tokens after `cut` are replaced.
+    # Causality: the same weights on an input whose tokens after `cut` are replaced, and with a
+    # batch, every token of its last sequence too: the other sequences' outputs up to `cut` may
+    # not change (``unchanged_rows``).
     for shape_index in CAUSAL_SHAPES:
         batch, tokens, dim, heads = SHAPES[shape_index]
         arrays = _layer_inputs([11, shape_index], SHAPES[shape_index], "per_head")
@@ -171,6 +185,8 @@ def _probe_cases() -> tuple[ProbeCase, ...]:
         changed = arrays["x"].copy()
         rng = np.random.default_rng([12, shape_index])
         changed[:, cut + 1:] = rng.standard_normal((batch, tokens - cut - 1, dim)) * 3
+        if batch > 1:
+            changed[-1] = rng.standard_normal((tokens, dim)) * 3
         config = {"embedding_dim": dim, "num_heads": heads, "cut": cut}
         pair = [f"causal_s{shape_index}_original", f"causal_s{shape_index}_changed"]
         cases += _both_dtypes(pair[0], "forward", config, arrays, pair)

@@ -37,6 +37,7 @@ class TrustedGradient:
     name: str
     value: np.ndarray      # zeros where the loss does not depend on the parameter
     reached: bool          # whether the backward pass reached the parameter at all
+    judged: bool = True    # False: a fitted decay's logit, whose factor is known at one value only
 
 
 @dataclass(frozen=True)
@@ -88,8 +89,10 @@ def _trusted_run(master_path: Path, config_json: str, token_bytes: bytes, dtype:
     logits = model(ids)
     loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
     loss.backward()
+    fitted = "fitted" in (variant.decay_s, variant.decay_z)
     gradients = tuple(TrustedGradient(name, np.zeros(tuple(p.shape)) if p.grad is None else p.grad.numpy(),
-                                      p.grad is not None) for name, p in parameters)
+                                      p.grad is not None, not (fitted and name.endswith("gamma_logit")))
+                      for name, p in parameters)
     run = TrustedRun(logits.detach().numpy(), loss.detach().numpy(), gradients)
     for array in (run.logits, run.loss, *(g.value for g in gradients)):
         array.flags.writeable = False   # shared by every submission: no check may change it
@@ -119,6 +122,8 @@ def run_problems(out: CaseOutput, trusted: TrustedRun, tolerance: float, floor: 
     largest = max(float(np.abs(g.value).max(initial=0.0)) for g in trusted.gradients)
     for index, gradient in enumerate(trusted.gradients):
         got = out.arrays.get(gradient_output(index))
+        if not gradient.judged:
+            continue
         if got is None:
             if gradient.reached:
                 missing.append(gradient.name)
@@ -138,21 +143,28 @@ def run_problems(out: CaseOutput, trusted: TrustedRun, tolerance: float, floor: 
     return problems
 
 
-def hybrid_problem(out: CaseOutput, case: ProbeCase, master_path: Path, variant: Variant | None,
-                   tolerance: float, floor: float) -> str | None:
-    """What is wrong with one run of the hybrid model at ``tolerance`` (None: nothing); ``floor``
-    as in ``run_problems``."""
+def run_failure(out: CaseOutput, case: ProbeCase) -> str | None:
+    """Why the hybrid model did not run forward and backward with the layer (None: it did)."""
     if out.status != "ok":
         return f"{RUN_FAILED}: HybridTransformerLM forward/backward: {out.error or out.status}"
-    config = case.config
-    linear_layers = config["layer_pattern"].count("linear")
+    linear_layers = case.config["layer_pattern"].count("linear")
     calls = out.info.get("linear_forward_calls")   # reported by the student's process: a reason to fail only
     if calls != linear_layers:
         return f"your LinearAttention.forward ran {calls} times in a model with {linear_layers} linear layers"
-    basis = "with the reference layer" if variant is None else "whose layers compute what your forward does"
+    return None
+
+
+def hybrid_problem(out: CaseOutput, case: ProbeCase, master_path: Path, variant: Variant,
+                   tolerance: float, floor: float) -> str | None:
+    """What is wrong with one run of the hybrid model at ``tolerance`` (None: nothing), against
+    the trusted model whose layers compute ``variant``; ``floor`` as in ``run_problems``."""
+    failure = run_failure(out, case)
+    if failure:
+        return failure
+    basis = "with the reference layer" if variant == REFERENCE else "whose layers compute what your forward does"
     found = []
     for eps in EPS_CONVENTIONS:
-        problems = run_problems(out, trusted_run(master_path, config, case.arrays["tokens"], variant or REFERENCE, eps),
+        problems = run_problems(out, trusted_run(master_path, case.config, case.arrays["tokens"], variant, eps),
                                 tolerance, floor, basis)
         if not problems:
             return None

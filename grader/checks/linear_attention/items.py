@@ -31,11 +31,13 @@ from grader.checks.compare import (RUN_FAILED, DtypeRule, Mismatch, compare, com
                                    describe, magnitude, scaled, within)
 from grader.checks.linear_attention import cases as inputs
 from grader.checks.linear_attention.model import (EPS_CONVENTIONS, REFERENCE, Variant, attention, candidates,
-                                                  parameters, says, state_after)
+                                                  fit_decay, parameters, says, state_after)
 from grader.probe import MAX_STATE_ARRAYS, CaseOutput, ProbeCase
 
 FORM_KIND = {"forward": "forward", "step": "steps"}
-UNUSED_STATE = "not judged, because step does not go on from the state it returned"
+UNUSED_STATE = "step does not go on from the state it returned, so the state's size shows nothing"
+# Factors fitted for one gamma_logit in two runs agree this closely when the decay is a function of it.
+FITTED_AGREE = 1e-6
 # Decay weights past these are too close to the dtype's range to compare (see overflow_free_tokens).
 OVERFLOW_LIMIT = {"float64": 1e200, "float32": 1e25}
 # The harness's account of an exception: "Type: message (in your code: line)", a segment after it.
@@ -51,13 +53,21 @@ class Evidence:
         self.inputs = {c.name: c for c in cases}
         tolerances = context.rubric.tolerances
         self.rule = DtypeRule(tolerances.get("float64_abs", 1e-10), tolerances.get("float32_abs", 1e-4),
-                              self.twin)
+                              self.twin, self.received_dtype)
 
     # ------------------------------------------------------------------ raw outputs
 
     def twin(self, name: str) -> str | None:
         twin = inputs.twin_name(name) if name.endswith("_float64") else None
         return twin if twin in self.inputs else None
+
+    def received_dtype(self, name: str) -> str | None:
+        """float32 if any float array run ``name`` returned is float32, else float64 if it returned
+        any: measured here on the arrays received, for the dtype rule's note."""
+        out = self.output(name)
+        kinds = {str(a.dtype) for a in [*out.arrays.values(), *(a for state in out.states for a in state)]
+                 if isinstance(a, np.ndarray) and a.dtype.kind == "f"}
+        return "float32" if "float32" in kinds else ("float64" if kinds else None)
 
     def output(self, name: str) -> CaseOutput:
         return self.context.probe.cases.get(name) or CaseOutput("not_run", "the probe did not run this case")
@@ -144,7 +154,7 @@ class Evidence:
     def _identify(self, form: str) -> Variant | None:
         """The computation that ``form`` does on the identifying cases (step: in its first
         worker), as the reference or a named variant; None when it matches none."""
-        names = inputs.names(FORM_KIND[form], ("per_head",), inputs.IDENTIFYING_SHAPES)
+        names = inputs.names(FORM_KIND[form], inputs.GAMMAS, inputs.IDENTIFYING_SHAPES)
         tokens = {n: (self.first_segment(n) if form == "step" else None) for n in names}
         runs = {}
         for name in names:
@@ -177,7 +187,32 @@ class Evidence:
             for _, i in matched:
                 if self._state_matches(group[i], names):
                     return group[i]
+        fitted = None if fallback else self._fitted(form)
+        if fitted is not None and distance(fitted) is not None and (form == "forward"
+                                                                    or self._state_matches(fitted, names)):
+            return fitted
         return fallback
+
+    def _fitted(self, form: str) -> Variant | None:
+        """The reference with each gamma_logit's decay factor measured on ``form``'s outputs
+        (``model.fit_decay``, on the longest runs of every decay setting), when every logit
+        gets one factor: a decay that is some other function of each head's own logit."""
+        found: dict[float, float] = {}
+        for gamma in inputs.GAMMAS:
+            name = inputs.name(FORM_KIND[form], 3, gamma)
+            run = next((r for r in (name, self.twin(name)) if r and not isinstance(
+                self.y(r, self.first_segment(r) if form == "step" else None), str)), None)
+            if run is None:
+                return None
+            tokens = self.first_segment(run) if form == "step" else None
+            params, x, heads = self._layer(run, tokens)
+            factors = fit_decay(params, x, heads, self.y(run, tokens))
+            if factors is None:
+                return None
+            for logit, factor in zip(self.inputs[run].arrays["gamma_logit"].tolist(), factors.tolist()):
+                if abs(found.setdefault(logit, factor) - factor) > FITTED_AGREE:
+                    return None   # not a function of the logit alone
+        return Variant(decay_s="fitted", decay_z="fitted", fitted=tuple(sorted(found.items())))
 
     def _state_matches(self, variant: Variant, names: list[str]) -> bool:
         """Whether the state step returned after its first segment is ``variant``'s, within the
@@ -358,14 +393,16 @@ def check_normalization(ev: Evidence) -> Verdict:
 
 
 def check_decay_parallel(ev: Evidence) -> Verdict:
+    """forward's decay under every setting: gamma = 1 too (a decay clamped below 1 shows there only)."""
     expected = (ev.forward_variant or REFERENCE).put_right("decay")
-    return ev.outputs_item("forward", inputs.names("forward", ("mild", "strong")), expected, "decay",
+    return ev.outputs_item("forward", inputs.names("forward"), expected, "decay",
                            "forward with decay vs the reference")
 
 
 def check_decay_recurrent(ev: Evidence) -> Verdict:
+    """The decay of the state step builds, under every setting as in ``check_decay_parallel``."""
     expected = (ev.step_variant or REFERENCE).put_right("decay")
-    return ev.state_item(inputs.names("steps", ("mild", "strong")), expected, "decay",
+    return ev.state_item(inputs.names("steps"), expected, "decay",
                          "the state step builds with decay vs the reference")
 
 
@@ -382,8 +419,8 @@ def check_decay_per_head(ev: Evidence) -> Verdict:
         judged.append(ev.state_item(inputs.names("steps", ("per_head",)), (step or REFERENCE).put_right("heads"),
                                     "heads", "the state step builds with a different decay per head"))
     if not judged:
-        return Verdict("failed", "neither form applies a decay, so no per-head decay can be seen "
-                                 "(see decay_parallel and decay_recurrent)")
+        return not_judged("neither form applies a decay, so no per-head decay can be seen "
+                          "(see decay_parallel and decay_recurrent)")
     problem = _decay_property_problem(ev)
     if problem:
         judged.append(Verdict("failed", problem))
@@ -399,9 +436,19 @@ def _decay_property_problem(ev: Evidence) -> str | None:
     return None
 
 
+def not_judged(reason: str) -> Verdict:
+    """An item the evidence cannot decide: ``error`` (0 points, and the TA's review list says
+    why), never a failure that charges the student for a mistake another item charges."""
+    return Verdict("error", f"not judged: {reason}")
+
+
 def _all_of(verdicts: list[Verdict]) -> Verdict:
-    failed = [v for v in verdicts if v.status != "passed"]
-    return Verdict("failed", failed[0].message) if failed else Verdict("passed", "; ".join(v.message for v in verdicts))
+    """Failed if a part failed; else not judged if a part could not be; else passed."""
+    for status in ("failed", "error"):
+        found = [v for v in verdicts if v.status == status]
+        if found:
+            return Verdict(status, found[0].message)
+    return Verdict("passed", "; ".join(v.message for v in verdicts))
 
 
 def check_alignment(ev: Evidence) -> Verdict:
@@ -416,14 +463,22 @@ def check_alignment(ev: Evidence) -> Verdict:
         forward_verdict = _first_token_item(ev, "forward")
     state_problem = ev.real_state_problem()
     if state_problem:
-        step_verdict = Verdict("failed", "step: not judged, because the state step returned is not the (S, z) "
-                                         f"of the tokens it was given ({state_problem})")
+        step_verdict = _unusable_state(state_problem, "step's part, because")
     elif step is not None:
         step_verdict = ev.outputs_item("step", inputs.names("steps"), step.put_right("alignment"), "alignment",
                                        "step includes token t in its output", first_segment=True)
     else:
         step_verdict = _first_token_item(ev, "step")
     return _all_of([forward_verdict, step_verdict])
+
+
+def _unusable_state(state_problem: str, judged: str) -> Verdict:
+    """An item that reads step's state when that state is not the tokens' (S, z): failed when
+    step could not run (the run is the item's evidence, and it failed), else not judged."""
+    if RUN_FAILED in state_problem:
+        return Verdict("failed", f"step {state_problem}")
+    return not_judged(f"{judged} the state step returned is not the (S, z) of the tokens it was given "
+                      f"({state_problem})")
 
 
 def _first_token_item(ev: Evidence, form: str) -> Verdict:
@@ -460,26 +515,31 @@ def check_causality(ev: Evidence) -> Verdict:
             if isinstance(got, str):
                 return got
         cut = ev.inputs[run].config["cut"]
-        before, after = original[:, : cut + 1].astype(np.float64), changed[:, : cut + 1].astype(np.float64)
+        rows = inputs.unchanged_rows(original.shape[0])
+        before = original[:rows, : cut + 1].astype(np.float64)
+        after = changed[:rows, : cut + 1].astype(np.float64)
         diff = np.abs(before - after)
         bound = scaled(tolerance, before)
         if diff.max(initial=0.0) <= bound:
             return None
         b, t, c = (int(i) for i in np.argwhere(diff > bound)[0])
-        return (f"changing only tokens after position {cut} changed the output at position {t} (batch {b}, "
+        changed_what = (f"tokens after position {cut}" if rows == original.shape[0] else
+                        f"tokens after position {cut} and the batch's last sequence (batch {original.shape[0] - 1})")
+        return (f"changing only {changed_what} changed the output at position {t} (batch {b}, "
                 f"channel {c}) by {diff[b, t, c]:.3g}; {_leak(ev)} (case {ev.label(run)})")
     names = [f"causal_s{s}_original_float64" for s in inputs.CAUSAL_SHAPES]
     return ev.rule.judge(names, problem, "outputs at or before t ignore every token after t")
 
 
 def _leak(ev: Evidence) -> str:
-    """Why later tokens reach earlier outputs: the named mistake forward was found to make
-    (a mask without the causal cut, or another that lets the future in), else the mask."""
+    """Why later tokens, or another sequence's, reach earlier outputs: the named mistake forward
+    was found to make (a mask without the causal cut, another that lets the future in, a batch
+    whose sequences mix), else what the rule is."""
     variant = ev.forward_variant
     found = None
     if variant is not None:
-        found = says(variant, "forward", "causality" if variant.future != "hidden" else None)
-    return f"Diagnosis: {found}" if found else "the mask must be 0 where i > t"
+        found = says(variant, "forward", "causality" if variant.future != "hidden" or variant.batch != "own" else None)
+    return f"Diagnosis: {found}" if found else "the mask must be 0 where i > t, and no sequence may read another's tokens"
 
 
 def check_state_resume(ev: Evidence) -> Verdict:
@@ -540,7 +600,7 @@ def check_state_fixed_size(ev: Evidence, resume: Verdict) -> Verdict:
                                  f"after 1 step, {growth[-1]} after 1000): step must not store the history; "
                                  "everything it needs must live in the fixed-size (S, z)")
     if resume.status != "passed":
-        return Verdict("failed", f"{UNUSED_STATE} ({resume.message})")
+        return not_judged(f"{UNUSED_STATE} ({resume.message})")
     return Verdict("passed", f"(S, z) keeps {size} values after 1, 10 and 1000 steps")
 
 
@@ -664,8 +724,7 @@ def check_state_not_mutated(ev: Evidence) -> Verdict:
     (x_t, state), which state_resume charges."""
     state_problem = ev.real_state_problem()
     if state_problem:
-        return Verdict("failed", "not judged, because the state step returned is not the (S, z) of the tokens it "
-                                 f"was given ({state_problem})")
+        return _unusable_state(state_problem, "a state staying unchanged shows nothing when")
 
     def problem(run: str, tolerance: float) -> str | None:
         out = ev.output(run)

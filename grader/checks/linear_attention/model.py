@@ -35,12 +35,14 @@ DECAY_FACTORS = {
     "squared": lambda g, logit: g * g,
     "one_minus": lambda g, logit: 1 - g,
     "raw_logit": lambda g, logit: logit,     # gamma_logit itself, without the sigmoid
+    "exp_neg_logit": lambda g, logit: torch.exp(-logit),   # the logit read as a rate: near 0 where gamma is near 1
 }
 HEAD_ORDERS = {
     "own": lambda g: g,
     "flipped": lambda g: g.flip(0),
     "rolled": lambda g: g.roll(1),
     "first": lambda g: g[:1].expand_as(g),
+    "mean": lambda g: g.mean().expand_as(g),   # one decay for the layer: the heads' mean
 }
 
 
@@ -55,11 +57,16 @@ class Variant:
     diagonal: str = "included"      # included | hidden (i < t, gamma^(t-i)) | read_before_write (gamma^(t-i-1))
     decay_s: str = "gamma"          # the factor applied to S (the numerator): see DECAY_FACTORS
     decay_z: str = "gamma"          # the factor applied to z (the denominator)
-    heads: str = "own"              # which head's decay each head uses: see HEAD_ORDERS
+    heads: str = "own"              # which decay each head uses: see HEAD_ORDERS
     readout: str = "qS"             # qS | transposed (phi(q) contracted with S's value index)
     merge: str = "transpose"        # transpose | reshape_only ((B, H, T, d_h) reshaped to (B, T, D) as is)
+    batch: str = "own"              # own | keys_summed (each query scored against the batch's keys summed)
+    #                                 | shared_state (every sequence adds its phi(k) v^T and phi(k) to all)
     carry: str = "updated"          # updated | given (step returns the state it was given)
     decay_order: str = "decay_then_add"   # decay_then_add | add_then_decay (S = gamma (S + phi(k) v^T))
+    # With decay_s = decay_z = "fitted": the per-token factor measured for each gamma_logit value
+    # of the probe's inputs, (logit, factor) pairs (``fit_decay``).
+    fitted: tuple[tuple[float, float], ...] = ()
 
     def put_right(self, concern: str) -> Variant:
         """This variant with the fields of ``concern`` set back to the reference."""
@@ -78,10 +85,9 @@ class Variant:
         """How many leading positions keep every decay weight below ``limit``: a decay factor
         above 1 (the raw logit) grows as factor^(t-i) until the computation overflows, and the
         positions past that are not compared (the decay items charge the factor)."""
-        gamma = 1 / (1 + np.exp(-np.asarray(logits, dtype=np.float64)))
-        factors = [np.abs(np.asarray(DECAY_FACTORS[d](torch.as_tensor(gamma), torch.as_tensor(logits))))
-                   for d in (self.decay_s, self.decay_z)]
-        largest = max(float(f.max(initial=0.0)) for f in factors)
+        logit = torch.as_tensor(np.asarray(logits, dtype=np.float64))
+        largest = max(float(factor.abs().max()) if factor.numel() else 0.0
+                      for factor in _factors(self, torch.sigmoid(logit), logit))
         if largest <= 1.0:
             return tokens
         return min(tokens, int(np.log(limit) / np.log(largest)) + 1)
@@ -91,12 +97,14 @@ REFERENCE = Variant()
 
 # Which rubric concern each field belongs to. ``readout`` and ``merge`` only have the
 # equivalence item. A step that returns the state it was given (``carry``) shows no decay in
-# that state: decay_recurrent, which judges the state step builds, charges it.
+# that state: decay_recurrent, which judges the state step builds, charges it. A sequence that
+# reads another sequence's tokens sees what it must not, as one that reads later tokens does:
+# causality (which judges forward) charges ``batch``; in step alone, equivalence does.
 CONCERN_FIELDS = {
     "normalization": ("normalizer", "features"),
-    "causality": ("future",),
+    "causality": ("future", "batch"),
     "alignment": ("diagonal",),
-    "decay": ("decay_s", "decay_z", "decay_order", "carry"),
+    "decay": ("decay_s", "decay_z", "fitted", "decay_order", "carry"),
     "heads": ("heads",),
     "readout": ("readout",),
     "merge": ("merge",),
@@ -110,20 +118,22 @@ _SINGLE_MISTAKES: dict[str, list[dict[str, str]]] = {
     "future": [{"future": "visible"}],
     "diagonal": [{"diagonal": "hidden"}, {"diagonal": "read_before_write"}],
     "decay": [{"decay_s": d, "decay_z": d} for d in ("none", "squared", "one_minus", "raw_logit")]
+    + [{"decay_s": d, "decay_z": d} for d in ("exp_neg_logit",)]
     + [{"decay_z": "none"}, {"decay_s": "none"}],
-    "heads": [{"heads": h} for h in ("flipped", "rolled", "first")],
+    "heads": [{"heads": h} for h in ("flipped", "rolled", "first", "mean")],
     "readout": [{"readout": "transposed"}],
     "merge": [{"merge": "reshape_only"}],
+    "batch": [{"batch": "keys_summed"}, {"batch": "shared_state"}],
     "state": [{"carry": "given"}, {"decay_order": "add_then_decay"}],
 }
 # What each form can get wrong: the recurrent form cannot see the future or sum a whole row or
 # column; its readout is the only one that can be transposed and its state the only one that
 # can be carried wrong; only the parallel form merges (B, H, T, d_h) into (B, T, D).
 FORM_GROUPS = {
-    "forward": ("normalizer", "features", "future", "diagonal", "decay", "heads", "merge"),
-    "step": ("normalizer", "features", "diagonal", "decay", "heads", "readout", "state"),
+    "forward": ("normalizer", "features", "future", "diagonal", "decay", "heads", "merge", "batch"),
+    "step": ("normalizer", "features", "diagonal", "decay", "heads", "readout", "state", "batch"),
 }
-_NOT_IN_STEP = {("normalizer", "unmasked_row"), ("normalizer", "columns")}
+_NOT_IN_STEP = {("normalizer", "unmasked_row"), ("normalizer", "columns"), ("batch", "keys_summed")}
 
 
 def candidates(form: str, pairs: bool) -> Iterator[Variant]:
@@ -182,9 +192,25 @@ def _qkv(params: dict[str, torch.Tensor], x: torch.Tensor, heads: int, variant: 
 
 def _decays(params: dict[str, torch.Tensor], variant: Variant) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-head factors applied to S and to z, shape (H,)."""
-    logit = HEAD_ORDERS[variant.heads](params["gamma_logit"])
-    gamma = torch.sigmoid(logit)
-    return DECAY_FACTORS[variant.decay_s](gamma, logit), DECAY_FACTORS[variant.decay_z](gamma, logit)
+    order = HEAD_ORDERS[variant.heads]
+    return _factors(variant, order(torch.sigmoid(params["gamma_logit"])), order(params["gamma_logit"]))
+
+
+FITTED_MATCH = 1e-6   # a gamma_logit is looked up among the fitted ones this close (float32 logits too)
+
+
+def _factors(variant: Variant, gamma: torch.Tensor, logit: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def factor(decay: str) -> torch.Tensor:
+        if decay != "fitted":
+            return DECAY_FACTORS[decay](gamma, logit)
+        found = []
+        for value in logit.tolist():
+            match = [f for known, f in variant.fitted if abs(known - value) <= FITTED_MATCH * max(1.0, abs(value))]
+            if not match:
+                raise KeyError(f"no decay was measured for gamma_logit {value:g}")
+            found.append(match[0])
+        return torch.tensor(found, dtype=logit.dtype)
+    return factor(variant.decay_s), factor(variant.decay_z)
 
 
 def attention(params: dict[str, torch.Tensor], x: torch.Tensor, heads: int,
@@ -203,24 +229,40 @@ def attention(params: dict[str, torch.Tensor], x: torch.Tensor, heads: int,
     exponent = exponent + (1.0 if variant.decay_order == "add_then_decay" else 0.0)
     factor_s, factor_z = _decays(params, variant)
 
-    def weights(factor: torch.Tensor) -> torch.Tensor:   # (H, T, T)
-        return torch.where(visible, factor[:, None, None] ** exponent, torch.zeros((), dtype=x.dtype))
+    index = exponent.long()   # whole numbers: factor^n for each n is taken from one row of powers
 
-    scores = q @ k.transpose(-1, -2)                      # (B, H, T, T)
+    def weights(factor: torch.Tensor) -> torch.Tensor:   # (H, T, T)
+        powers = factor[:, None] ** torch.arange(tokens + 1, dtype=x.dtype)
+        return torch.where(visible, powers[:, index], torch.zeros((), dtype=x.dtype))
+
+    keys, values = _batch_partners(k, v, variant.batch)    # (B, C, H, T, d): whose tokens each sequence reads
+    scores = torch.einsum("bhtd,bchsd->bchts", q, keys)   # (B, C, H, T, T)
     if variant.readout == "transposed":
-        numerator = ((q @ v.transpose(-1, -2)) * weights(factor_s)) @ k
+        numerator = torch.einsum("bchts,bchsd->bhtd", torch.einsum("bhtd,bchsd->bchts", q, values)
+                                 * weights(factor_s), keys)
     else:
-        numerator = (scores * weights(factor_s)) @ v
+        numerator = torch.einsum("bchts,bchsd->bhtd", scores * weights(factor_s), values)
     if variant.normalizer == "missing":
         out = numerator
     else:
         row = scores if variant.normalizer == "unmasked_row" else scores * weights(factor_z)
-        denominator = (row.sum(-2).unsqueeze(-1) if variant.normalizer == "columns"
-                       else row.sum(-1, keepdim=True))
+        denominator = (row.sum(-2).sum(1).unsqueeze(-1) if variant.normalizer == "columns"
+                       else row.sum(-1).sum(1).unsqueeze(-1))
         out = numerator / (denominator + EPS if eps == "add" else denominator)
     batch, _, _, head_dim = out.shape
     merged = (out if variant.merge == "reshape_only" else out.transpose(1, 2)).reshape(batch, tokens, heads * head_dim)
     return _project(params, merged, "out_proj")
+
+
+def _batch_partners(k: torch.Tensor, v: torch.Tensor, batch: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The keys and values (B, C, H, T, d) each sequence of the batch reads, C per sequence: its
+    own (C = 1); the keys summed over the batch with its own values (C = 1); every sequence's
+    keys and values (C = B, a state shared by the batch)."""
+    if batch == "keys_summed":
+        return k.sum(0, keepdim=True).expand_as(k).unsqueeze(1), v.unsqueeze(1)
+    if batch == "shared_state":
+        return k.unsqueeze(0).expand(k.shape[0], *k.shape), v.unsqueeze(0).expand(v.shape[0], *v.shape)
+    return k.unsqueeze(1), v.unsqueeze(1)
 
 
 def state_after(params: dict[str, torch.Tensor], x: torch.Tensor, heads: int,
@@ -237,7 +279,60 @@ def state_after(params: dict[str, torch.Tensor], x: torch.Tensor, heads: int,
         k, v = torch.zeros_like(k), torch.zeros_like(v)
     S = torch.einsum("bhtd,bhte,ht->bhde", k, v, factor_s[:, None] ** age)
     z = torch.einsum("bhtd,ht->bhd", k, factor_z[:, None] ** age)
+    if variant.batch == "shared_state":
+        S, z = S.sum(0, keepdim=True).expand_as(S), z.sum(0, keepdim=True).expand_as(z)
     return S.numpy(), z.numpy()
+
+
+FIT_GRID = torch.linspace(0.0, 1.5, 31, dtype=torch.float64)   # factors tried before refining
+FIT_STEPS = 64   # golden-section steps: a bracket of 0.1 shrinks below 1e-14
+
+
+def fit_decay(params: dict[str, torch.Tensor], x: torch.Tensor, heads: int,
+              y: np.ndarray) -> np.ndarray | None:
+    """The per-token factor of each head, f_h in [0, 1.5], that brings the reference's parallel
+    form, weighting position i by f_h^(t-i), closest to the outputs ``y`` (B, T, D) of the layer
+    on ``x`` (under the EPS convention that fits best); None when out_proj cannot be undone. Each
+    head is fitted on its own part of the output, read back through out_proj: a grid, then a
+    golden-section search on the max-abs error around the best point of the grid."""
+    weight, bias = params["out_proj.weight"], params["out_proj.bias"]
+    if not bool(torch.isfinite(torch.as_tensor(y)).all()) or float(torch.linalg.cond(weight)) > 1e8:
+        return None
+    batch, tokens, dim = x.shape
+    merged = torch.linalg.solve(weight, (torch.as_tensor(y, dtype=torch.float64) - bias).reshape(-1, dim).T).T
+    target = merged.reshape(batch, tokens, heads, dim // heads).transpose(1, 2)
+    q, k, v = _qkv(params, x, heads, REFERENCE)
+    scores = q @ k.transpose(-1, -2)
+    positions = torch.arange(tokens)
+    lag = positions[:, None] - positions[None, :]
+    causal, steps = lag >= 0, torch.arange(tokens, dtype=x.dtype)
+    best = None
+    for eps in EPS_CONVENTIONS:
+        def error(factor: torch.Tensor, eps: str = eps) -> torch.Tensor:   # (H,) -> max-abs error per head
+            powers = factor[:, None] ** steps                              # (H, T): T powers, then gathered
+            weighted = scores * torch.where(causal, powers[:, lag.clamp(min=0)], torch.zeros((), dtype=x.dtype))
+            denominator = weighted.sum(-1, keepdim=True)
+            out = (weighted @ v) / (denominator + EPS if eps == "add" else denominator)
+            return (out - target).abs().amax(dim=(0, 2, 3)).nan_to_num(nan=np.inf)
+        grid = torch.stack([error(torch.full((heads,), float(f), dtype=torch.float64)) for f in FIT_GRID])
+        index = grid.argmin(dim=0)
+        low = FIT_GRID[(index - 1).clamp(min=0)]
+        high = FIT_GRID[(index + 1).clamp(max=len(FIT_GRID) - 1)]
+        ratio = (5 ** 0.5 - 1) / 2
+        left, right = high - ratio * (high - low), low + ratio * (high - low)
+        at_left, at_right = error(left), error(right)
+        for _ in range(FIT_STEPS):   # one new point per head and step
+            keep_left = at_left <= at_right
+            low, high = torch.where(keep_left, low, left), torch.where(keep_left, right, high)
+            new = torch.where(keep_left, high - ratio * (high - low), low + ratio * (high - low))
+            at_new = error(new)
+            left, right = torch.where(keep_left, new, right), torch.where(keep_left, left, new)
+            at_left, at_right = torch.where(keep_left, at_new, at_right), torch.where(keep_left, at_left, at_new)
+        factor = (low + high) / 2
+        worst = float(error(factor).max())
+        if best is None or worst < best[0]:
+            best = (worst, factor.numpy())
+    return best[1]
 
 
 def recurrence(params: dict[str, torch.Tensor], x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -306,11 +401,21 @@ _SAYS = {
     ("heads", "flipped"): "each head uses another head's decay (heads are mixed up): head h must use gamma_h",
     ("heads", "rolled"): "each head uses another head's decay (heads are mixed up): head h must use gamma_h",
     ("heads", "first"): "every head uses head 0's decay: head h must use its own gamma_h",
+    ("heads", "mean"): "every head uses the mean of the heads' decays: head h must use its own gamma_h",
+    ("decay", "exp_neg_logit"): "{form} uses exp(-gamma_logit) as the decay: the decay is gamma = "
+                                "sigmoid(gamma_logit) (self.decay), close to 1 for a large logit, where "
+                                "exp(-gamma_logit) is close to 0",
     ("readout", "transposed"): "step reads the state out transposed: with S = phi(k) v^T the output is "
                                "phi(q)^T S, contracting q with S's key index",
     ("merge", "reshape_only"): "forward merges the heads without the transpose: the (B, H, T, d_h) output must "
                                "become (B, T, H, d_h) (transpose(1, 2)) before the reshape to (B, T, D); "
                                "without it each output row holds pieces of other positions, later ones too",
+    ("batch", "keys_summed"): "forward scores each query against the keys of every sequence in the batch, summed "
+                              "(an einsum whose key index names the batch axis with another letter?): a sequence "
+                              "must see its own tokens only",
+    ("batch", "shared_state"): "{form} mixes the sequences of a batch: every sequence's phi(k) v^T and phi(k) "
+                               "reach every other's state (summed over the batch axis?); each sequence keeps its "
+                               "own (S, z)",
     ("carry", "given"): "step returns the state it was given, not the one it computed: return the updated "
                         "(S, z), so that the next call goes on from it",
     ("decay_order", "add_then_decay"): "step decays the state once more than the recurrence says: S = gamma S "
@@ -329,15 +434,25 @@ def _decay_mistake(variant: Variant) -> str | None:
 
 def says(variant: Variant, form: str, concern: str | None = None) -> str | None:
     """What ``variant``'s mistakes are (those of ``concern`` only, if given), for a student."""
-    mistakes = [(name, value) for name, value in variant.mistakes() if name not in ("decay_s", "decay_z")]
+    mistakes = [(name, value) for name, value in variant.mistakes() if name not in ("decay_s", "decay_z", "fitted")]
     decay = _decay_mistake(variant)
     mistakes += [("decay", decay)] if decay else []
     found = []
     for group, value in mistakes:
         if concern is not None and CONCERN_OF_FIELD.get(group, "decay") != concern:
             continue
-        text = _SAYS.get((group, value), f"{form} gets the decay wrong ({value})" if group == "decay" else None)
+        text = (_fitted_says(variant, form) if (group, value) == ("decay", "fitted") else
+                _SAYS.get((group, value), f"{form} gets the decay wrong ({value})" if group == "decay" else None))
         text = text.get(form) if isinstance(text, dict) else text
         if text:
             found.append(text.format(form=form))
     return "; ".join(found) or None
+
+
+def _fitted_says(variant: Variant, form: str) -> str:
+    """A fitted decay, by what was measured: the factor per token where it is not sigmoid(logit)."""
+    differ = [(logit, factor, 1 / (1 + np.exp(-logit))) for logit, factor in variant.fitted]
+    listed = "; ".join(f"{factor:.6g} for gamma_logit = {logit:g} (sigmoid gives {gamma:.6g})"
+                       for logit, factor, gamma in differ if abs(factor - gamma) > 1e-9)
+    return (f"{form}'s decay is not gamma = sigmoid(gamma_logit) (self.decay); its factor per token, measured: "
+            f"{listed}")

@@ -1,0 +1,42 @@
+# Mutant (one bug): the decay is exp(-gamma_logit), the logit read as a rate, in BOTH forms
+# (forms agree). A large logit, meant as gamma close to 1, gives a decay close to 0: at the
+# grader's gamma = 1 setting each token sees almost only itself; a negative logit decays by
+# more than 1.
+class LinearAttention(Module):
+
+    def forward(self, x):
+        """Parallel reference. x: (B, T, D) -> (B, T, D).
+
+        Build phi(q), phi(k) and v per head, the (T, T) score matrix phi(q) phi(k)^T, and a
+        decay mask holding gamma_h^(t-i) where i <= t and 0 above the diagonal. A token
+        attends to itself (i = t has weight gamma^0 = 1). Normalize each row by its sum + EPS.
+        """
+        T = x.shape[1]
+        q = feature_map(self._split_heads(self.q_proj(x)))
+        k = feature_map(self._split_heads(self.k_proj(x)))
+        v = self._split_heads(self.v_proj(x))
+        positions = torch.arange(T, device=x.device)
+        lag = positions[:, None] - positions[None, :]  # t - i
+        gamma = torch.exp(-self.gamma_logit).to(x.dtype).view(1, self.num_heads, 1, 1)
+        mask = torch.where(lag >= 0, gamma ** lag.clamp(min=0), torch.zeros((), dtype=x.dtype))
+        weights = (q @ k.transpose(-1, -2)) * mask  # (B, H, T, T)
+        out = (weights @ v) / (weights.sum(dim=-1, keepdim=True) + EPS)
+        return self.out_proj(self._merge_heads(out))
+
+    def step(self, x_t, state=None):
+        """Recurrent form. x_t: (B, D); state: (S, z) or None for a fresh sequence.
+
+        Decay S and z by gamma_h, add phi(k_t) v_t^T and phi(k_t), then read out
+        phi(q_t).S_t / (phi(q_t).z_t + EPS). Returns (y_t of shape (B, D), (S, z)).
+        """
+        B = x_t.shape[0]
+        S, z = self.init_state(B, device=x_t.device) if state is None else state
+        H, d = self.num_heads, self.head_dim
+        q = feature_map(self.q_proj(x_t).view(B, H, d))
+        k = feature_map(self.k_proj(x_t).view(B, H, d))
+        v = self.v_proj(x_t).view(B, H, d)
+        gamma = torch.exp(-self.gamma_logit).to(x_t.dtype).view(1, H, 1)
+        S = gamma[..., None] * S + k[..., :, None] * v[..., None, :]
+        z = gamma * z + k
+        out = torch.einsum("bhd,bhde->bhe", q, S) / ((q * z).sum(dim=-1, keepdim=True) + EPS)
+        return self.out_proj(out.reshape(B, self.embedding_dim)), (S, z)
