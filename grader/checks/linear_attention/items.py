@@ -153,7 +153,8 @@ class Evidence:
 
     def _identify(self, form: str) -> Variant | None:
         """The computation that ``form`` does on the identifying cases (step: in its first
-        worker), as the reference or a named variant; None when it matches none."""
+        worker), as the reference, a named variant or, failing those, the reference with a
+        decay measured per gamma_logit (``_fitted``); None when it matches none."""
         names = inputs.names(FORM_KIND[form], inputs.GAMMAS, inputs.IDENTIFYING_SHAPES)
         tokens = {n: (self.first_segment(n) if form == "step" else None) for n in names}
         runs = {}
@@ -528,7 +529,7 @@ def check_causality(ev: Evidence) -> Verdict:
         return (f"changing only {changed_what} changed the output at position {t} (batch {b}, "
                 f"channel {c}) by {diff[b, t, c]:.3g}; {_leak(ev)} (case {ev.label(run)})")
     names = [f"causal_s{s}_original_float64" for s in inputs.CAUSAL_SHAPES]
-    return ev.rule.judge(names, problem, "outputs at or before t ignore every token after t")
+    return ev.rule.judge(names, problem, "outputs at or before t ignore every token after t and every other sequence")
 
 
 def _leak(ev: Evidence) -> str:

@@ -10,7 +10,9 @@ A ``Variant`` is that computation with some of its parts changed: each field is 
 of the rubric, and each non-default value is a mistake the module warns about (or one seen in
 student code). The checks find the variant a student's form computes (``identify``) and then
 judge each concern against that variant with only that concern put right, so one mistake
-costs the item of its own concern and no other (error carried forward).
+costs the item of its own concern and no other (error carried forward). A decay that no named
+mistake explains but that is some function of each head's own logit is measured instead
+(``fit_decay``): the variant then carries the factor found for each gamma_logit (``fitted``).
 
 EPS is not a concern: ``+ EPS``, no EPS and ``clamp(min=EPS)`` are all correct, and the probe's
 inputs keep phi(q).z far above EPS, where the three agree to float64 precision except for
@@ -117,8 +119,7 @@ _SINGLE_MISTAKES: dict[str, list[dict[str, str]]] = {
     "features": [{"features": "phi_q_only"}, {"features": "phi_v_too"}, {"features": "elu"}],
     "future": [{"future": "visible"}],
     "diagonal": [{"diagonal": "hidden"}, {"diagonal": "read_before_write"}],
-    "decay": [{"decay_s": d, "decay_z": d} for d in ("none", "squared", "one_minus", "raw_logit")]
-    + [{"decay_s": d, "decay_z": d} for d in ("exp_neg_logit",)]
+    "decay": [{"decay_s": d, "decay_z": d} for d in ("none", "squared", "one_minus", "raw_logit", "exp_neg_logit")]
     + [{"decay_z": "none"}, {"decay_s": "none"}],
     "heads": [{"heads": h} for h in ("flipped", "rolled", "first", "mean")],
     "readout": [{"readout": "transposed"}],
