@@ -108,7 +108,10 @@ def test_a_sleeping_cell_reaches_the_backstop_and_is_graded_again_once(assignmen
                         r"the cell was stopped by the wall-clock backstop after 3 s \(sleeping or waiting\?\)\); "
                         r"graded again once: stopped again \(.*\)", retried[0]), retried[0]
     runs = items_by_id(result.to_json())["notebook_runs"]
-    assert "wall-clock backstop after 3 s" in runs["output"] and "CPU seconds" not in runs["output"]
+    # The sleeper's own line (a provided cell that imports torch may pass 3 CPU seconds on a
+    # busy machine and be listed after it: that is the CPU limit at work, not this test's concern).
+    sleeper = next(line for line in runs["output"].split("; ") if line.startswith("code cell 1 "))
+    assert "wall-clock backstop after 3 s" in sleeper and "CPU seconds" not in sleeper, runs["output"]
 
 
 @pytest.mark.parametrize("limit", ["wall_backstop_factor", "idle_timeout_s"])
