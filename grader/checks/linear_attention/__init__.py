@@ -49,7 +49,7 @@ def check_hybrid(ev: Evidence) -> Verdict:
     verdict = ev.rule.judge(["hybrid_float64"], problem, "HybridTransformerLM with your layer")
     if verdict.status == "passed":
         gradients = ("every parameter's gradient but gamma_logit's (your decay's own function of it was measured "
-                     "at the probe's values only; the decay items judge it)" if "fitted" in (variant.decay_s, variant.decay_z)
+                     "at the probe's values only; the decay items judge it)" if variant.measured_decay
                      else "every parameter's gradient")
         return Verdict("passed", f"forward and backward run, and the logits, the loss and {gradients} "
                                  f"match the trusted model's; {verdict.message}")

@@ -89,9 +89,8 @@ def _trusted_run(master_path: Path, config_json: str, token_bytes: bytes, dtype:
     logits = model(ids)
     loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
     loss.backward()
-    fitted = "fitted" in (variant.decay_s, variant.decay_z)
     gradients = tuple(TrustedGradient(name, np.zeros(tuple(p.shape)) if p.grad is None else p.grad.numpy(),
-                                      p.grad is not None, not (fitted and name.endswith("gamma_logit")))
+                                      p.grad is not None, not (variant.measured_decay and name.endswith("gamma_logit")))
                       for name, p in parameters)
     run = TrustedRun(logits.detach().numpy(), loss.detach().numpy(), gradients)
     for array in (run.logits, run.loss, *(g.value for g in gradients)):

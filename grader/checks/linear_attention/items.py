@@ -200,7 +200,7 @@ class Evidence:
         gets one factor: a decay that is some other function of each head's own logit."""
         found: dict[float, float] = {}
         for gamma in inputs.GAMMAS:
-            name = inputs.name(FORM_KIND[form], 3, gamma)
+            name = inputs.name(FORM_KIND[form], inputs.IDENTIFYING_SHAPES[-1], gamma)
             run = next((r for r in (name, self.twin(name)) if r and not isinstance(
                 self.y(r, self.first_segment(r) if form == "step" else None), str)), None)
             if run is None:
@@ -529,7 +529,8 @@ def check_causality(ev: Evidence) -> Verdict:
         return (f"changing only {changed_what} changed the output at position {t} (batch {b}, "
                 f"channel {c}) by {diff[b, t, c]:.3g}; {_leak(ev)} (case {ev.label(run)})")
     names = [f"causal_s{s}_original_float64" for s in inputs.CAUSAL_SHAPES]
-    return ev.rule.judge(names, problem, "outputs at or before t ignore every token after t and every other sequence")
+    return ev.rule.judge(names, problem,
+                         "outputs at or before t ignore every token after t and every other sequence")
 
 
 def _leak(ev: Evidence) -> str:
@@ -539,8 +540,10 @@ def _leak(ev: Evidence) -> str:
     variant = ev.forward_variant
     found = None
     if variant is not None:
-        found = says(variant, "forward", "causality" if variant.future != "hidden" or variant.batch != "own" else None)
-    return f"Diagnosis: {found}" if found else "the mask must be 0 where i > t, and no sequence may read another's tokens"
+        leaks = variant.future != "hidden" or variant.batch != "own"
+        found = says(variant, "forward", "causality" if leaks else None)
+    return (f"Diagnosis: {found}" if found else
+            "the mask must be 0 where i > t, and no sequence may read another's tokens")
 
 
 def check_state_resume(ev: Evidence) -> Verdict:

@@ -83,6 +83,11 @@ class Variant:
     def applies_decay(self) -> bool:
         return not (self.decay_s == "none" and self.decay_z == "none")
 
+    @property
+    def measured_decay(self) -> bool:
+        """Whether its decay is the factor measured per gamma_logit (``fitted``), not a function of it."""
+        return "fitted" in (self.decay_s, self.decay_z)
+
     def overflow_free_tokens(self, logits: np.ndarray, tokens: int, limit: float) -> int:
         """How many leading positions keep every decay weight below ``limit``: a decay factor
         above 1 (the raw logit) grows as factor^(t-i) until the computation overflows, and the
@@ -230,11 +235,10 @@ def attention(params: dict[str, torch.Tensor], x: torch.Tensor, heads: int,
     exponent = exponent + (1.0 if variant.decay_order == "add_then_decay" else 0.0)
     factor_s, factor_z = _decays(params, variant)
 
-    index = exponent.long()   # whole numbers: factor^n for each n is taken from one row of powers
+    index = exponent.long()
 
     def weights(factor: torch.Tensor) -> torch.Tensor:   # (H, T, T)
-        powers = factor[:, None] ** torch.arange(tokens + 1, dtype=x.dtype)
-        return torch.where(visible, powers[:, index], torch.zeros((), dtype=x.dtype))
+        return _decay_weights(factor, index, visible)
 
     keys, values = _batch_partners(k, v, variant.batch)    # (B, C, H, T, d): whose tokens each sequence reads
     scores = torch.einsum("bhtd,bchsd->bchts", q, keys)   # (B, C, H, T, T)
@@ -253,6 +257,14 @@ def attention(params: dict[str, torch.Tensor], x: torch.Tensor, heads: int,
     batch, _, _, head_dim = out.shape
     merged = (out if variant.merge == "reshape_only" else out.transpose(1, 2)).reshape(batch, tokens, heads * head_dim)
     return _project(params, merged, "out_proj")
+
+
+def _decay_weights(factor: torch.Tensor, exponent: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+    """factor_h ** exponent where visible, else 0: (H,) with (T, T) whole-number exponents ->
+    (H, T, T). Each power is taken once per factor and gathered (an element-wise pow per entry
+    was most of the checks' time)."""
+    powers = factor[:, None] ** torch.arange(int(exponent.max()) + 1, dtype=factor.dtype)
+    return torch.where(visible, powers[:, exponent], torch.zeros((), dtype=factor.dtype))
 
 
 def _batch_partners(k: torch.Tensor, v: torch.Tensor, batch: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -306,12 +318,11 @@ def fit_decay(params: dict[str, torch.Tensor], x: torch.Tensor, heads: int,
     scores = q @ k.transpose(-1, -2)
     positions = torch.arange(tokens)
     lag = positions[:, None] - positions[None, :]
-    causal, steps = lag >= 0, torch.arange(tokens, dtype=x.dtype)
+    causal, exponent = lag >= 0, lag.clamp(min=0)
     best = None
     for eps in EPS_CONVENTIONS:
         def error(factor: torch.Tensor, eps: str = eps) -> torch.Tensor:   # (H,) -> max-abs error per head
-            powers = factor[:, None] ** steps                              # (H, T): T powers, then gathered
-            weighted = scores * torch.where(causal, powers[:, lag.clamp(min=0)], torch.zeros((), dtype=x.dtype))
+            weighted = scores * _decay_weights(factor, exponent, causal)
             denominator = weighted.sum(-1, keepdim=True)
             out = (weighted @ v) / (denominator + EPS if eps == "add" else denominator)
             return (out - target).abs().amax(dim=(0, 2, 3)).nan_to_num(nan=np.inf)
