@@ -33,7 +33,8 @@ class Submission:
     fatal: str | None = None              # why the notebook cannot be graded (a package file still is)
     notes: list[str] = field(default_factory=list)
     scaffold_sources: dict[str, str] = field(default_factory=dict)   # scaffold cell id -> the student's code
-    scaffold_problem: str | None = None   # why a scaffold cannot be graded
+    scaffold_problem: str | None = None   # why a scaffold cannot be graded (the first one found)
+    ungraded: dict[str, str] = field(default_factory=dict)   # each owner of a scaffold not graded -> why
     package_scaffolds: dict[str, str] = field(default_factory=dict)  # scaffold cell id -> its package file
     replaced_cells: dict[str, int] = field(default_factory=dict)     # scaffold cell id -> notebook cell it replaces
     sources: dict[str, Any] = field(default_factory=dict)   # which file each part came from (package-style only)
@@ -172,6 +173,7 @@ def _find_scaffolds(sub: Submission, template: nbformat.NotebookNode, files: dic
             continue   # no notebook: ``fatal`` says so
         if problem:
             sub.scaffold_problem = sub.scaffold_problem or problem
+            sub.ungraded.update(dict.fromkeys(scaffold.owners, problem))
         else:
             sub.scaffold_sources[scaffold.cell_id] = source
 

@@ -194,7 +194,7 @@ class SubmissionGrader:
         execution = run.execution
         context = CheckContext(self.rubric, self.assignment.master_path, run.probe, run.probe_problem,
                                execution, run.execution_problem,
-                               execution.answers if execution else {})
+                               execution.answers if execution else {}, submission.ungraded)
         checking = time.monotonic()
         verdicts = self.checks.evaluate(context)
         items_checked = time.monotonic()

@@ -31,6 +31,7 @@ from grader.sandbox import Sandbox, _UidLease
 
 ROOT = Path(__file__).resolve().parent.parent
 SCAFFOLDS = Path(__file__).parent / "scaffolds"
+SWEEPS = Path(__file__).parent / "sweeps"
 PYTHON_VERSION = f"python{sys.version_info.major}.{sys.version_info.minor}"
 
 
@@ -62,11 +63,9 @@ def submission_grader(assignment: Assignment, sandbox: Sandbox) -> SubmissionGra
 
 
 def notebook_with_scaffold(master: nbformat.NotebookNode, scaffold_source: str) -> nbformat.NotebookNode:
-    """The master notebook with its scaffold cell's source replaced."""
+    """The master notebook with its first scaffold cell's (the layer's) source replaced."""
     notebook = copy.deepcopy(master)
-    for cell in notebook.cells:
-        if cells.SCAFFOLD in cells.tags(cell):
-            cell.source = scaffold_source
+    next(cell for cell in notebook.cells if cells.SCAFFOLD in cells.tags(cell)).source = scaffold_source
     return notebook
 
 
@@ -92,9 +91,10 @@ def scaffold_cell(master: nbformat.NotebookNode, written: str) -> str:
 
 
 def as_scaffolds(master: nbformat.NotebookNode, source: str) -> dict[str, str]:
-    """``source`` as the student's cell for the master's one scaffold cell, as load finds it."""
-    (scaffold,) = cells.scaffolds(master)
-    return {scaffold.cell_id: source}
+    """``source`` as the student's cell for the master's first scaffold cell (the layer's), as
+    load finds it, with the master's own code for the others (Exercise 1's sweep)."""
+    found = {c.id: cells.source(c) for c in master.cells if cells.SCAFFOLD in cells.tags(c)}
+    return {**found, cells.scaffolds(master)[0].cell_id: source}
 
 
 GRADESCOPE_SCHEMA = json.loads((Path(__file__).parent / "gradescope_results.schema.json").read_text())
@@ -114,11 +114,17 @@ def items_by_id(results_json: dict) -> dict[str, dict]:
     return {t["extra_data"]["id"]: {**t, "status": t["extra_data"]["state"]} for t in results_json["tests"]}
 
 
-def model_only(master: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """The master's cells up to the hybrid model: fast to execute, full scaffold credit."""
+EXERCISE_1 = ("ex1-helpers", "ex1-benchmark", "ex1-run")
+
+
+def model_only(master: nbformat.NotebookNode, sweep: str | None = None) -> nbformat.NotebookNode:
+    """The master's cells up to the hybrid model and Exercise 1's code: fast to execute, full
+    scaffold credit. ``sweep``: Exercise 1's cell instead of the master's."""
     notebook = copy.deepcopy(master)
     end = next(i for i, c in enumerate(notebook.cells) if c.get("id") == "hybrid-model")
-    notebook.cells = notebook.cells[: end + 1]
+    notebook.cells = notebook.cells[: end + 1] + [c for c in notebook.cells if c.get("id") in EXERCISE_1]
+    if sweep is not None:
+        next(c for c in notebook.cells if c.get("id") == "ex1-benchmark").source = sweep
     return notebook
 
 
@@ -178,7 +184,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def batch(tmp_path_factory, assignment, sandbox) -> tuple[Path, Path, BatchOutcome]:
     """(submissions folder, output folder, outcome) of one real batch: an untouched template,
-    broken JSON, a raising cell, warnings on stderr, a folder with two notebooks. Tests that
+    broken JSON, a raising cell, warnings on stderr (and Exercise 1 timed as a teacher-forced
+    pass), a folder with two notebooks. Tests that
     change the output folder restore it, or work on a copy."""
     folder = tmp_path_factory.mktemp("submissions")
     write_notebook(assignment.template, folder / "untouched.ipynb")
@@ -186,7 +193,7 @@ def batch(tmp_path_factory, assignment, sandbox) -> tuple[Path, Path, BatchOutco
     raising = model_only(assignment.master)
     raising.cells.insert(3, nbformat.v4.new_code_cell("raise RuntimeError('student bug in a cell')"))
     write_notebook(raising, folder / "raises.ipynb")
-    warns = model_only(assignment.master)
+    warns = model_only(assignment.master, (SWEEPS / "mistake_teacher_forced.py").read_text())
     warns.cells.append(nbformat.v4.new_code_cell(
         "import sys, warnings\nwarnings.warn('a UserWarning like PyTorch prints')\n"
         "print('noise on stderr', file=sys.stderr)"))

@@ -32,6 +32,7 @@ from adversarial import ATTACKS
 from conftest import ROOT, gradescope_valid, items_by_id
 from grader.assignment import Assignment
 from grader.batch import BatchOutcome, grade_batch
+from grader.checks import linear_attention as la_checks
 from grader.intake import discover
 from grader.cli import make_sandbox
 from grader.pipeline import EXECUTED_NOTEBOOK, GRADER_ERRORS, RAW_OUTPUTS, SCAFFOLD_SOURCE, SCREENING
@@ -219,11 +220,12 @@ def test_the_batch_completes_without_internal_errors(world: World) -> None:
 
 
 def test_the_honest_submission_earns_exactly_what_its_cells_give(world: World) -> None:
-    """Graded among the attacks, the honest baseline (the master's cells without Exercise 1 and
-    without written answers) passes every other item with full points: nothing in the batch
-    touched its grade. The baseline really is a full-marks scaffold: the attacks compete with that."""
+    """Graded among the attacks, the honest baseline (the master's cells without the training
+    exercises and without most written answers) passes every other item with full points:
+    nothing in the batch touched its grade. The baseline really is a full-marks scaffold and
+    Exercise 1: the attacks compete with that."""
     items = _items(world.results[HONEST])
-    not_given = {name for name, test in items.items() if set(test["tags"]) & {"benchmark", "written"}}
+    not_given = {name for name, test in items.items() if "written" in test["tags"]}
     assert {name for name, test in items.items() if test["status"] != "passed"} == not_given
     assert all(test["score"] == test["max_score"] for name, test in items.items() if name not in not_given)
     assert world.results[HONEST]["score"] == sum(items[name]["max_score"] for name in set(items) - not_given)
@@ -237,9 +239,11 @@ def test_no_attack_beats_the_honest_baseline(world: World, attack: str) -> None:
 
 @pytest.mark.parametrize("cheat", CHEATS)
 def test_cheats_gain_nothing_over_the_same_code_without_the_cheat(world: World, cheat: str) -> None:
+    """On the layer's items. (The control's notebook stops where Exercise 1's sweep calls its
+    unwritten step, so the notebook and Exercise 1 items are not a comparison with the cheat.)"""
     control, cheated = _items(world.results[CONTROL]), _items(world.results[cheat])
     better = {name: (control[name]["score"], test["score"]) for name, test in cheated.items()
-              if test["score"] > control[name]["score"]}
+              if name in la_checks.LAYER_ITEMS and test["score"] > control[name]["score"]}
     assert not better, f"{cheat} gained points (control, cheat): {better}"
     for name in STEP_ITEMS:
         assert cheated[name]["status"] != "passed", f"{cheat} passed {name} without a step"

@@ -71,6 +71,19 @@ def test_folder_with_two_notebooks_is_a_result(batch):
     assert "holds 2 notebooks" in results(out, "two_notebooks")["output"]
 
 
+def test_exercise_1_is_judged_by_what_its_sweep_timed_in_the_sandbox(batch):
+    """The sandboxed probe's observation of the sweep: the master's earns both method items,
+    a teacher-forced pass loses both, whatever the loaded machine's times were."""
+    _, out, _ = batch
+    for name in ("benchmark_full_step", "benchmark_linear_step"):
+        master = items(results(out, "raises"))[name]
+        assert master["status"] == "passed" and "at every history length given" in master["output"], master
+        forced = items(results(out, "warns"))[name]
+        assert forced["status"] == "failed" and "teacher forcing" in forced["output"], forced
+    # The notebook ran the sweep too: its answer variable is complete either way.
+    assert items(results(out, "warns"))["benchmark_fields"]["status"] == "passed"
+
+
 def test_a_raising_cell_costs_only_the_execution_item(batch):
     _, out, _ = batch
     found = items(results(out, "raises"))

@@ -24,6 +24,10 @@ from conftest import ROOT, write_notebook
 
 EXAMPLE = ROOT / "examples" / "submissions" / "linear_attention" / "package_style"
 PACKAGE_FILE = "g2c/linear_attention/attention.py"
+# Exercise 1's sweep has no package file: it is always graded from the notebook.
+GRADED_FROM = {"linear-attention": PACKAGE_FILE, "ex1-benchmark": "linear_attention.ipynb"}
+SOURCES_NOTE = (f"scaffold LinearAttention: from {PACKAGE_FILE}; scaffold decode_step_sweep: from linear_attention.ipynb; "
+                "exercises and answers: from linear_attention.ipynb")
 PACKAGE_CODE = (EXAMPLE / PACKAGE_FILE).read_text(encoding="utf-8")
 LIMIT = 5 * 2**20
 
@@ -93,9 +97,8 @@ def test_the_package_file_wins_over_the_notebook_cell(tmp_path, assignment):
     assert "feature_map(self._split_heads" in sub.scaffold_sources["linear-attention"]   # not the TODO
     assert sub.replaced_cells == {"linear-attention": 6}
     assert any(f"in {PACKAGE_FILE} and in the notebook (cell 6): the package file wins" in n for n in sub.notes)
-    assert (f"scaffold LinearAttention: from {PACKAGE_FILE}; exercises and answers: from linear_attention.ipynb"
-            in sub.notes)
-    assert sub.sources == {"scaffolds": {"linear-attention": PACKAGE_FILE}, "notebook": "linear_attention.ipynb"}
+    assert SOURCES_NOTE in sub.notes
+    assert sub.sources == {"scaffolds": GRADED_FROM, "notebook": "linear_attention.ipynb"}
     assert set(sub.answers) == {q.id for q in assignment.rubric.questions}
     graded = sorted(["linear_attention.ipynb", PACKAGE_FILE])
     lines = "".join(f"{name}\0{_sha256(folder / name)}\n" for name in graded)
@@ -120,7 +123,8 @@ def test_course_package_imports_of_provided_names_are_not_noted(tmp_path, assign
     assert source.startswith("from __future__ import annotations\n")   # hoisted: it opens the module
     compile(source, "submission_code.py", "exec")
     assert "from g2c.utils import shout" in source   # not provided: it fails as it would in a cell
-    assert notes == ["redefinition of provided EPS ignored; the grader uses its own copy"]
+    assert notes == ["redefinition of provided EPS ignored; the grader uses its own copy",
+                     "decode_step_sweep: not found in the notebook, not graded"]   # the folder has no notebook
 
 
 @pytest.mark.parametrize("package, limit, reason", [
@@ -132,8 +136,8 @@ def test_course_package_imports_of_provided_names_are_not_noted(tmp_path, assign
 def test_a_broken_package_file_has_a_reason(tmp_path, assignment, package, limit, reason):
     sub = load(submission_folder(tmp_path / "erin", assignment.master, package), assignment, limit)
     assert sub.scaffold_problem.startswith(PACKAGE_FILE) and reason in sub.scaffold_problem
-    assert sub.scaffold_sources == {}   # the notebook's own (correct) cell does not stand in for it
-    assert sub.sources["scaffolds"] == {"linear-attention": PACKAGE_FILE}
+    assert "linear-attention" not in sub.scaffold_sources   # the notebook's own (correct) cell does not stand in for it
+    assert sub.sources["scaffolds"]["linear-attention"] == PACKAGE_FILE
 
 
 def test_discovery_accepts_a_notebook_and_or_the_package_file(tmp_path, assignment):
@@ -177,10 +181,9 @@ def test_the_package_style_example_gets_every_autograded_point(submission_grader
     autograded = [i for i in result.items if WRITTEN_TAG not in i.tags]
     assert [(i.name, i.output) for i in autograded if i.status != "passed"] == []
     assert sum(i.score for i in autograded) == sum(i.points for i in assignment.rubric.items)
-    assert (f"scaffold LinearAttention: from {PACKAGE_FILE}; exercises and answers: from linear_attention.ipynb"
-            in result.notes)
+    assert SOURCES_NOTE in result.notes
     assert not any("redefinition" in n for n in result.notes)
     data = json.loads(json.dumps(result.to_json()))
-    assert data["extra_data"]["sources"] == {"scaffolds": {"linear-attention": PACKAGE_FILE},
+    assert data["extra_data"]["sources"] == {"scaffolds": GRADED_FROM,
                                              "notebook": "linear_attention.ipynb"}
     assert result_from_json(data).sources == result.sources

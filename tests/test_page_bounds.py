@@ -52,8 +52,9 @@ def submission_page_bound(assignment) -> int:
 
 def summary_bound(assignment, students: int) -> int:
     """pages.py's stated bound for summary.html: fixed, and the same share per student."""
-    queued = len(assignment.rubric.items) + len(assignment.rubric.questions)
-    per_student = 2_000 + queued * (5 * (MAX_EXCERPT_CHARS + MAX_LINE_CHARS) + 1_000)
+    checks, questions = len(assignment.rubric.items), len(assignment.rubric.questions)
+    per_student = (2_000 + checks * (5 * MAX_LINE_CHARS + 1_000)
+                   + questions * (5 * (MAX_EXCERPT_CHARS + MAX_LINE_CHARS) + 1_000))
     assert per_student < 200_000
     return 100_000 + students * per_student
 

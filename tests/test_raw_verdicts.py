@@ -46,9 +46,9 @@ def la_probe(detach_decay: bool) -> ProbeResult:
     decay through ``.detach()``, so the same numbers, but no gradient reaches gamma_logit."""
     scaffolds = master_scaffolds(LA)
     if detach_decay:
-        (cell, source), = scaffolds.items()
-        assert source.count(DECAY_LINE) == 1, "the master's forward no longer reads the decay this way"
-        scaffolds[cell] = source.replace(DECAY_LINE, "gamma = self.decay.detach().to(x.dtype)")
+        cell = cells.scaffolds(LA.master)[0].cell_id   # the layer's
+        assert scaffolds[cell].count(DECAY_LINE) == 1, "the master's forward no longer reads the decay this way"
+        scaffolds[cell] = scaffolds[cell].replace(DECAY_LINE, "gamma = self.decay.detach().to(x.dtype)")
     module, _ = submission_module_source(LA.master, scaffolds)
     return probe_in_process(module, la_checks.probe_cases(LA.rubric), la_checks.PROBE_DRIVER)
 

@@ -56,7 +56,8 @@ SPEC: Dict[str, Any] = {'assignment': 'linear_attention',
  'notebook': 'linear_attention.ipynb',
  'max_bytes': 52428800,
  'scaffolds': [{'cell_id': 'linear-attention',
-                'symbols': ['LinearAttention.forward', 'LinearAttention.step']}],
+                'symbols': ['LinearAttention.forward', 'LinearAttention.step']},
+               {'cell_id': 'ex1-benchmark', 'symbols': ['decode_step_sweep']}],
  'provided': [{'id': 'setup',
                'source': '# Provided: imports, grading mode and device helpers. Do not edit.\n'
                          'import math\n'
@@ -353,12 +354,17 @@ SPEC: Dict[str, Any] = {'assignment': 'linear_attention',
                          'generator=generator)], dim=1)\n'
                          '        return tokens'},
               {'id': 'ex1-helpers',
-               'source': '# Provided: timing helper and history lengths for Exercise 1. Do not edit.\n'
+               'source': "# Provided: Exercise 1's sizes, history lengths and timing helper. Do not edit.\n"
                          'import statistics\n'
                          'from typing import Callable, Optional\n'
                          '\n'
                          "# The module's sweep spans 64..16384 tokens; grading mode keeps 5 lengths over a "
                          '16x range.\n'
+                         "# The exercise's layer sizes (fixed, also in grading mode).\n"
+                         'BENCH_DIM, BENCH_HEADS, BENCH_BATCH = 128, 4, 1\n'
+                         'BENCH_DTYPE = torch.float32\n'
+                         'BYTES_PER_ELEMENT = torch.tensor([], dtype=BENCH_DTYPE).element_size()\n'
+                         '\n'
                          'DECODE_HISTORY_LENGTHS = [64, 128, 256, 512, 1024] if GRADING else [64, 256, 1024, '
                          '4096, 16384]\n'
                          'DECODE_REPEATS = 15 if GRADING else 50\n'
@@ -391,6 +397,37 @@ SPEC: Dict[str, Any] = {'assignment': 'linear_attention',
                          '        synchronize(device)\n'
                          '        times.append((time.perf_counter() - start) * 1e3)\n'
                          '    return statistics.median(times)'},
+              {'id': 'ex1-run',
+               'source': "# Provided: Exercise 1 at the exercise's sizes, with your decode_step_sweep. Do "
+                         'not edit.\n'
+                         'torch.manual_seed(0)\n'
+                         'with torch.no_grad():\n'
+                         '    SWEEP = decode_step_sweep(MultiHeadAttention(BENCH_DIM, '
+                         'BENCH_HEADS).to(DEVICE, BENCH_DTYPE),\n'
+                         '                              LinearAttention(BENCH_DIM, BENCH_HEADS).to(DEVICE, '
+                         'BENCH_DTYPE),\n'
+                         '                              list(DECODE_HISTORY_LENGTHS))\n'
+                         '\n'
+                         'DECODE_BENCHMARK = {\n'
+                         '    "history_lengths": [int(T) for T in DECODE_HISTORY_LENGTHS],\n'
+                         '    "full_ms_per_step": [float(t) for t in SWEEP["full_ms_per_step"]],\n'
+                         '    "linear_ms_per_step": [float(t) for t in SWEEP["linear_ms_per_step"]],\n'
+                         '    "kv_cache_bytes": [int(b) for b in SWEEP["kv_cache_bytes"]],\n'
+                         '    "linear_state_bytes": [int(b) for b in SWEEP["linear_state_bytes"]],\n'
+                         '    "embedding_dim": BENCH_DIM,\n'
+                         '    "num_heads": BENCH_HEADS,\n'
+                         '    "batch_size": BENCH_BATCH,\n'
+                         '    "bytes_per_element": BYTES_PER_ELEMENT,\n'
+                         '    "device": DEVICE.type,\n'
+                         '}\n'
+                         '\n'
+                         'print(f"{\'T\':>7} {\'full ms/step\':>13} {\'linear ms/step\':>15} {\'KV '
+                         'cache\':>12} {\'linear state\':>13}")\n'
+                         'for i, T in enumerate(DECODE_BENCHMARK["history_lengths"]):\n'
+                         '    print(f"{T:>7} {DECODE_BENCHMARK[\'full_ms_per_step\'][i]:>13.4f} "\n'
+                         '          f"{DECODE_BENCHMARK[\'linear_ms_per_step\'][i]:>15.4f} "\n'
+                         '          f"{DECODE_BENCHMARK[\'kv_cache_bytes\'][i] / 1024:>9.0f} KiB "\n'
+                         '          f"{DECODE_BENCHMARK[\'linear_state_bytes\'][i] / 1024:>9.1f} KiB")'},
               {'id': 'ex2-data-helpers',
                'source': '# Provided: a seeded synthetic story corpus and a character-level tokenizer. Do '
                          'not edit.\n'
@@ -724,6 +761,7 @@ SPEC: Dict[str, Any] = {'assignment': 'linear_attention',
                 'ex1-intro',
                 'ex1-helpers',
                 'ex1-benchmark',
+                'ex1-run',
                 'ex1-question',
                 'ex2-intro',
                 'ex2-data-helpers',

@@ -54,6 +54,9 @@ class CheckContext:
     execution: ExecutionResult | None      # None when the notebook could not be executed
     execution_problem: str | None
     answers: dict[str, Any] = field(default_factory=dict)   # exported answer variables
+    # Owners of scaffold cells (a class, a function) the probe did not get, and why: the items
+    # that need one are decided from that reason, while the other cells are graded.
+    ungraded: dict[str, str] = field(default_factory=dict)
 
 
 class ChecksModule(Protocol):

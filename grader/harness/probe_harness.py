@@ -224,8 +224,13 @@ def load_handlers(plan):
     handlers = {"call": case_call}
     source = plan.get("driver_source")
     if source:
+        lines = plan["module_source"].splitlines()
+
+        def describe_error(exc):
+            """A failure of student code caught by the driver, worded as the harness words one."""
+            return error_text(exc, lines)
         helpers = types.SimpleNamespace(save_output=save_output, given_state=given_state,
-                                        save_state=save_state, DTYPES=DTYPES)
+                                        save_state=save_state, DTYPES=DTYPES, describe_error=describe_error)
         namespace = {"__name__": "probe_driver", "__builtins__": builtins, "harness": helpers}
         exec(compile(source, DRIVER_PATH, "exec"), namespace)
         handlers.update(namespace["HANDLERS"])

@@ -30,11 +30,11 @@ C criteria each (the rubric's), report.html and review.html are at most 5 bytes 
     + MAX_LISTED_STAGES x untrusted.MAX_STAGE_NAME
 
 plus markup: 20 KB a page, 5 KB an item (its question and criteria included), 3 KB a listed
-cell (about 2.5 MB for the course's 24 items and 10 questions). summary.html is at most 100 KB
+cell (about 2.8 MB for the course's 27 items and 10 questions). summary.html is at most 100 KB
 (stylesheet, plots of N items, the 12 most common failures at MAX_MESSAGE_CHARS) plus, per
 student, 2 KB for its row and, for each of its at most N + Q queued items, 5 bytes times
-MAX_EXCERPT_CHARS + MAX_LINE_CHARS (the answer's start, the reason) and 1 KB of markup: under
-200 KB a student. The TA's own text (overrides, reviewers, comments) and the regrade history
+MAX_LINE_CHARS (the reason), 5 bytes times MAX_EXCERPT_CHARS more for a written answer (its
+start) and 1 KB of markup: about 150 KB a student for the course, under 200 KB. The TA's own text (overrides, reviewers, comments) and the regrade history
 are not the submission's and are shown whole.
 """
 from __future__ import annotations
@@ -444,7 +444,8 @@ def review_queue(out_dir: Path, results: list[GradeResult]) -> list[QueueEntry]:
             entries.append(QueueEntry(result.submission_id, item.name, item.title,
                                       cut(reason, MAX_LINE_CHARS, RESULTS_FILE), item.score,
                                       item.max_score, override_lines(result.submission_id, item),
-                                      cut(answers.get(item.name, ""), MAX_EXCERPT_CHARS, WRITTEN_INPUTS),
+                                      cut(answers.get(item.name, ""), MAX_EXCERPT_CHARS, WRITTEN_INPUTS)
+                                      if WRITTEN_TAG in item.tags else "",
                                       bool(details.get("flags")),
                                       float(confidence) if isinstance(confidence, (int, float)) else None,
                                       WRITTEN_TAG in item.tags))

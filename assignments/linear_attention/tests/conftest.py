@@ -3,7 +3,8 @@
 The tests see the code cells of the notebook tagged ``provided`` or ``scaffold`` (the model
 code: ``feature_map``, ``LinearAttention``, ``HybridBlock``, ``HybridTransformerLM``, ...),
 run in notebook order inside a fresh module. Exercise cells (training runs, benchmarks,
-written answers) are not run, so the tests stay fast.
+written answers) are not run, nor are provided cells tagged ``demo`` (those run an exercise,
+such as Exercise 1's sweep), so the tests stay fast.
 
 Which notebook:
     by default ``../linear_attention.ipynb`` (the notebook next to this ``tests`` folder);
@@ -29,6 +30,7 @@ import pytest
 NOTEBOOK_ENV = "LA_NOTEBOOK"
 DEFAULT_NOTEBOOK = Path(__file__).resolve().parent.parent / "linear_attention.ipynb"
 LOADED_TAGS = ("provided", "scaffold")
+SKIPPED_TAGS = ("demo",)   # provided cells that run an exercise rather than define code
 DEFAULT_MODULE_NAME = "la_notebook"
 
 
@@ -107,7 +109,7 @@ def code_cells(notebook: dict) -> list[CodeCell]:
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
         tags = _tags(cell)
-        if not any(tag in LOADED_TAGS for tag in tags):
+        if not any(tag in LOADED_TAGS for tag in tags) or any(tag in SKIPPED_TAGS for tag in tags):
             continue
         source = _without_magics(_text(cell))
         if not source.endswith("\n"):

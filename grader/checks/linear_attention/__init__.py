@@ -7,6 +7,7 @@
   form was found to compute, so that a mistake is charged once.
 - ``hybrid``: the student's layer inside the provided language model.
 - ``answers``: items decided by the executed notebook's answer variables.
+- ``benchmark``: Exercise 1's method, from what the probe saw its sweep time.
 """
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ from pathlib import Path
 from grader.checks import CheckContext, Verdict, decide, execution_verdict
 from grader.checks.linear_attention import cases as inputs
 from grader.checks.linear_attention.answers import answer_checks
+from grader.checks.linear_attention.benchmark import METHOD_ITEMS, method_checks
 from grader.checks.linear_attention.hybrid import hybrid_problem, run_failure
 from grader.checks.linear_attention.items import NEEDS, SCAFFOLD_CHECKS, Evidence, needing, not_judged
 from grader.probe import ProbeCase
 from grader.rubric import Rubric
 
-SCAFFOLD_ITEMS = ("scaffold_present", *SCAFFOLD_CHECKS, "hybrid_lm")
+LAYER_ITEMS = ("scaffold_present", *SCAFFOLD_CHECKS, "hybrid_lm")
+SCAFFOLD_ITEMS = (*LAYER_ITEMS, *METHOD_ITEMS)   # every item the probe decides
 PROBE_DRIVER = Path(__file__).with_name("probe_driver.py")
 
 
@@ -61,11 +64,14 @@ def evaluate(context: CheckContext) -> dict[str, Verdict]:
     checks = dict(answer_checks(context))
     checks["notebook_runs"] = partial(execution_verdict, context)
     probe = context.probe
-    if probe is None or probe.import_status != "ok":
-        reason = context.probe_problem if probe is None else f"importing your code failed: {probe.import_error}"
+    layer_problem = context.ungraded.get("LinearAttention")   # the sweep's cell may still be graded
+    if probe is None or probe.import_status != "ok" or layer_problem:
+        reason = layer_problem or (context.probe_problem if probe is None
+                                   else f"importing your code failed: {probe.import_error}")
         return {**{name: Verdict("error", reason) for name in SCAFFOLD_ITEMS}, **decide(checks)}
     evidence = Evidence(context, probe_cases(context.rubric))
     checks["scaffold_present"] = lambda: Verdict("passed", "the LinearAttention scaffold imports")
     checks.update({name: partial(check, evidence) for name, check in SCAFFOLD_CHECKS.items()})
     checks["hybrid_lm"] = partial(needing(NEEDS["hybrid_lm"], check_hybrid), evidence)
+    checks.update(method_checks(context))
     return decide(checks)

@@ -38,6 +38,12 @@ STATE_CHECKPOINTS = [1, 10, 1000]
 # then the tokens after CONTRACT_BACK_TO stepped again from the state kept after it.
 CONTRACT_TOKENS, CONTRACT_TWICE_FROM, CONTRACT_BACK_TO = 5, 2, 0
 CAUSAL_SHAPES = (1, 2, 3)
+# Exercise 1's sweep, observed (``probe_driver.case_benchmark``): layers at the exercise's sizes
+# (the notebook's BENCH_DIM and BENCH_HEADS, which the student's code may read), and history
+# lengths of the grader's own, none of them the notebook's, so that a sweep ignoring the
+# lengths it is given shows.
+BENCHMARK = {"embedding_dim": 128, "num_heads": 4, "history_lengths": [24, 96, 384],
+             "returned": ["full_ms_per_step", "linear_ms_per_step", "kv_cache_bytes", "linear_state_bytes"]}
 HYBRID = {"vocab_size": 23, "embedding_dim": 16, "num_heads": 4,
           "layer_pattern": ["linear", "linear", "linear", "full"],
           "max_seq_len": 32, "hidden_dim": 32, "seed": 3}
@@ -85,7 +91,8 @@ KEEP = {"forward": ("y", "decay"), "steps": ("y",),
         "state_growth": tuple(checkpoint_output(s, i) for s in STATE_CHECKPOINTS for i in range(MAX_STATE_ARRAYS)),
         "state_contract": ("chain.y", "twice.0.y", "twice.1.y", "again.y",
                            *(state_part_output(s, i) for s in contract_stages() for i in range(MAX_STATE_ARRAYS))),
-        "hybrid": ("logits", "loss", *(gradient_output(i) for i in range(HYBRID_MAX_PARAMETERS)))}
+        "hybrid": ("logits", "loss", *(gradient_output(i) for i in range(HYBRID_MAX_PARAMETERS))),
+        "benchmark": ()}
 
 
 def token_segments(bounds: list[tuple[int, int]]) -> Segments:
@@ -210,4 +217,5 @@ def _probe_cases() -> tuple[ProbeCase, ...]:
     rng = np.random.default_rng(19)
     tokens = rng.integers(0, HYBRID["vocab_size"], (2, 20)).astype(np.float64)
     cases += _both_dtypes("hybrid", "hybrid", HYBRID, {"tokens": tokens}, ["hybrid"])
+    cases.append(ProbeCase("benchmark", "benchmark", BENCHMARK, {}, KEEP["benchmark"]))   # float32, as the exercise
     return tuple(sorted(cases, key=lambda c: "only_if_failed" in c.config))   # fallbacks after what they stand in for

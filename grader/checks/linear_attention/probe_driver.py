@@ -7,16 +7,19 @@ helpers through the ``harness`` namespace the harness gives it, and binds every 
 function it uses here, at load time, so that student code patching torch in a worker does not
 change how this code calls it.
 """
+import time
 import types
 
 import torch
 
 _tensor, _stack, _no_grad, _clone = torch.tensor, torch.stack, torch.no_grad, torch.Tensor.clone
 _manual_seed, _cross_entropy, _Tensor = torch.manual_seed, torch.nn.functional.cross_entropy, torch.Tensor
-_LONG = torch.long
-_isinstance, _type, _len = isinstance, type, len
+_LONG, _FLOAT32, _perf_counter, _sorted = torch.long, torch.float32, time.perf_counter, sorted
+_isinstance, _type, _len, _int, _float, _list, _dict = isinstance, type, len, int, float, list, dict
+_getattr, _setattr, _min, _max, _range = getattr, setattr, min, max, range
 save_output, given_state, save_state, DTYPES = (harness.save_output, harness.given_state,  # noqa: F821
                                                 harness.save_state, harness.DTYPES)        # noqa: F821
+describe_error = harness.describe_error  # noqa: F821
 
 
 def build_attention(module, inputs, config):
@@ -189,5 +192,135 @@ def case_hybrid(module, inputs, config):
     return {"linear_forward_calls": calls[0]}
 
 
+# Exercise 1's sweep runs its timer at most this often per measurement: the timings are not
+# judged, and a handful of timed calls shows what each one runs.
+SWEEP_MAX_REPEATS, SWEEP_MAX_WARMUP = 5, 2
+
+
+def _shape(value):
+    return [_int(n) for n in value.shape] if _isinstance(value, _Tensor) else None
+
+
+def _cache_seen(x_t, cache=None, *args, **kwargs):
+    """The cache as a timed decode_step found it: its length and its slots."""
+    keys = _getattr(cache, "keys", None)
+    seen = {"x": _shape(x_t)}
+    try:
+        seen["length"] = _int(_getattr(cache, "length", -1))
+    except Exception:  # noqa: BLE001 - a length that is not a number is reported as unknown
+        seen["length"] = None
+    if _isinstance(keys, _Tensor) and keys.dim() == 4:
+        seen["capacity"] = _int(keys.shape[2])
+    return seen
+
+
+def _state_seen(x_t, state=None, *args, **kwargs):
+    return {"x": _shape(x_t), "state": "none" if state is None else "given"}
+
+
+def _numbers(values):
+    """A returned list of numbers as floats, or None when it is not one."""
+    try:
+        return [_float(v) for v in values] if _isinstance(values, (_list, tuple)) else None
+    except Exception:  # noqa: BLE001 - whatever the list holds, it is not numbers
+        return None
+
+
+def case_benchmark(module, inputs, config):
+    """Exercise 1's ``decode_step_sweep`` run on layers the grader builds, with what runs inside
+    each timed call observed from the grader's side of the calls: the layers' methods (on the
+    classes, so that layers the sweep builds itself show) and the cache's construction are
+    wrapped, and ``time_median_ms`` is replaced by a timer that marks its timed calls
+    (``SWEEP_MAX_REPEATS`` of them at most). Per measurement (one timer call), per timed call:
+    how often each observed method ran, and what the first decode_step and step were given.
+    The trusted side judges the method from this; the times measured and the lists the sweep
+    returns are reported for comparison only. ``raised_in``: the layer method whose exception
+    stopped the sweep."""
+    sweep = _getattr(module, "decode_step_sweep", None)
+    if sweep is None:
+        return {"missing": True}
+    full = module.MultiHeadAttention(config["embedding_dim"], config["num_heads"]).to(dtype=_FLOAT32)
+    lin = module.LinearAttention(config["embedding_dim"], config["num_heads"]).to(dtype=_FLOAT32)
+    measurements, current, raised, depth = [], [None], [None], [0]
+
+    def observe(cls, method, name, given, seen=None):
+        """Wrap ``cls.method`` for every instance, counting the outermost calls only (a step that
+        calls the layer's other methods is one step): a call on another instance than the one
+        handed over counts as ``<name>_other``; ``seen`` describes a step's arguments."""
+        original = _getattr(cls, method)
+
+        def wrapper(self, *args, **kwargs):
+            calls = current[0]
+            if calls is not None and depth[0] == 0:
+                key = name if self is given else name + "_other"
+                calls["counts"][key] = calls["counts"].get(key, 0) + 1
+                if seen is not None and key not in calls:
+                    try:
+                        calls[key] = seen(*args, **kwargs)
+                    except Exception:  # noqa: BLE001 - arguments it cannot read are reported as such
+                        calls[key] = {"unreadable": True}
+            depth[0] += 1
+            try:
+                return original(self, *args, **kwargs)
+            except BaseException as exc:
+                if given is lin and method in ("step", "forward"):
+                    raised[0] = (f"LinearAttention.{method}", exc)
+                raise
+            finally:
+                depth[0] -= 1
+        _setattr(cls, method, wrapper)
+
+    observe(module.MultiHeadAttention, "decode_step", "decode_step", full, _cache_seen)
+    observe(module.MultiHeadAttention, "forward", "full_forward", full)
+    observe(module.LinearAttention, "step", "step", lin, _state_seen)
+    observe(module.LinearAttention, "forward", "linear_forward", lin)
+    observe(module.LinearAttention, "init_state", "init_state", lin)
+    cache_class = module.KVCache
+
+    class ObservedCache(cache_class):
+        def __init__(self, *args, **kwargs):
+            if current[0] is not None and depth[0] == 0:
+                current[0]["counts"]["cache_built"] = current[0]["counts"].get("cache_built", 0) + 1
+            cache_class.__init__(self, *args, **kwargs)
+    module.KVCache = ObservedCache
+
+    def timer(fn, *, device=None, repeats=SWEEP_MAX_REPEATS, warmup=SWEEP_MAX_WARMUP, setup=None):
+        measurement = {"timed_calls": [], "median_ms": None}
+        measurements.append(measurement)
+        for _ in _range(_min(_int(warmup), SWEEP_MAX_WARMUP)):
+            if setup is not None:
+                setup()
+            fn()
+        times = []
+        for _ in _range(_max(1, _min(_int(repeats), SWEEP_MAX_REPEATS))):
+            if setup is not None:
+                setup()
+            calls = {"counts": {}}
+            current[0] = calls
+            start = _perf_counter()
+            try:
+                fn()
+            finally:
+                current[0] = None
+            times.append((_perf_counter() - start) * 1e3)
+            measurement["timed_calls"].append(calls)
+        median = _sorted(times)[_len(times) // 2]
+        measurement["median_ms"] = median
+        return median
+    module.time_median_ms = timer
+
+    error, returned, raised_in = None, {}, None
+    try:
+        with _no_grad():
+            result = sweep(full, lin, _list(config["history_lengths"]))
+        if _isinstance(result, _dict):
+            returned = {key: _numbers(result.get(key)) for key in config["returned"]}
+    except Exception as exc:  # noqa: BLE001 - the sweep's failure is a finding, with what was observed
+        error = describe_error(exc)
+        if raised[0] is not None and raised[0][1] is exc:
+            raised_in = raised[0][0]
+    return {"measurements": measurements, "returned": returned, "error": error, "raised_in": raised_in}
+
+
 HANDLERS = {"forward": case_forward, "steps": case_steps, "state_growth": case_state_growth,
-            "state_contract": case_state_contract, "hybrid": case_hybrid}
+            "state_contract": case_state_contract, "hybrid": case_hybrid, "benchmark": case_benchmark}
