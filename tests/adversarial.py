@@ -1,8 +1,9 @@
 """Hostile submissions for tests/test_adversarial.py, built from the master notebook.
 
 Every notebook here is SMALL so that a batch of them grades in minutes: the master's cells up
-to and including ``hybrid-model``, Exercise 1's sweep (a fraction of a second in grading mode)
-and Exercise 5 (the memory bill and its question), with no training cell. The grader puts the
+to and including ``hybrid-model``, Exercise 1's sweep (a fraction of a second in grading mode),
+Exercise 4's functions (defined only) and Exercise 5 (the memory bill and its question), with no
+training cell. The grader puts the
 provided cells that are left out back by itself (with a note), Exercise 1's run among them,
 so the baseline runs cleanly. Each attack is that baseline plus or
 with its attack; :data:`ATTACKS` maps a submission id to its builder.
@@ -26,7 +27,7 @@ import nbformat
 from grader import cells
 
 BASELINE_LAST_CELL = "hybrid-model"           # the master's cells up to this one are kept ...
-EXERCISE_CELLS = ("ex1-benchmark", "ex5-intro", "ex5-memory-bill", "ex5-question")   # ... and these
+EXERCISE_CELLS = ("ex1-benchmark", "ex4-decay", "ex5-intro", "ex5-memory-bill", "ex5-question")   # ... and these
 SCAFFOLD_CELL = "linear-attention"
 ATTACK_BEFORE = "ex5-intro"                   # attack cells go before Exercise 5 by default
 HUGE_NOTEBOOK_BYTES = 200 * 2**20
@@ -48,7 +49,8 @@ class Targets:
 # ----------------------------------------------------------------------------- notebooks
 
 def baseline(master: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """The honest small notebook: master cells up to ``hybrid-model``, then Exercises 1 and 5."""
+    """The honest small notebook: master cells up to ``hybrid-model``, then Exercises 1, 4 (its
+    functions) and 5."""
     ids = [c.get("id") for c in master.cells]
     last = ids.index(BASELINE_LAST_CELL)
     kept = master.cells[: last + 1] + [c for c in master.cells if c.get("id") in EXERCISE_CELLS]

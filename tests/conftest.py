@@ -114,15 +114,16 @@ def items_by_id(results_json: dict) -> dict[str, dict]:
     return {t["extra_data"]["id"]: {**t, "status": t["extra_data"]["state"]} for t in results_json["tests"]}
 
 
-EXERCISE_1 = ("ex1-helpers", "ex1-benchmark", "ex1-run")
+# Exercise 1's cells, and Exercise 4's functions (defined, not run: its run cell needs Exercise 2).
+EXERCISE_CODE = ("ex1-helpers", "ex1-benchmark", "ex1-run", "ex4-decay")
 
 
 def model_only(master: nbformat.NotebookNode, sweep: str | None = None) -> nbformat.NotebookNode:
-    """The master's cells up to the hybrid model and Exercise 1's code: fast to execute, full
-    scaffold credit. ``sweep``: Exercise 1's cell instead of the master's."""
+    """The master's cells up to the hybrid model and the exercises' functions: fast to execute,
+    full scaffold credit. ``sweep``: Exercise 1's cell instead of the master's."""
     notebook = copy.deepcopy(master)
     end = next(i for i, c in enumerate(notebook.cells) if c.get("id") == "hybrid-model")
-    notebook.cells = notebook.cells[: end + 1] + [c for c in notebook.cells if c.get("id") in EXERCISE_1]
+    notebook.cells = notebook.cells[: end + 1] + [c for c in notebook.cells if c.get("id") in EXERCISE_CODE]
     if sweep is not None:
         next(c for c in notebook.cells if c.get("id") == "ex1-benchmark").source = sweep
     return notebook

@@ -44,6 +44,15 @@ CAUSAL_SHAPES = (1, 2, 3)
 # lengths it is given shows.
 BENCHMARK = {"embedding_dim": 128, "num_heads": 4, "history_lengths": [24, 96, 384],
              "returned": ["full_ms_per_step", "linear_ms_per_step", "kv_cache_bytes", "linear_state_bytes"]}
+# Exercise 4 (``probe_driver.case_decay_norms`` and ``case_learned_decays``): a small layer
+# stepped through tokens of the grader's under decay logits whose labels are not the notebook's,
+# and the three layer patterns with per-head logits of the grader's in each linear layer.
+DECAY_NORMS = {"embedding_dim": 16, "num_heads": 4, "tokens": 12, "dtype": "float32",
+               "logits": {"40": 40.0, "2.5": 2.5, "-0.5": -0.5}}
+NORMS_MAX_STEPS = 120   # as in probe_driver.py
+LEARNED_DECAYS = {"vocab_size": 11, "embedding_dim": 16, "num_heads": 4, "max_seq_len": 8, "hidden_dim": 16,
+                  "seed": 5, "patterns": {"all_full": ["full"] * 4, "all_linear": ["linear"] * 4,
+                                          "hybrid_LLLF": ["linear", "linear", "linear", "full"]}}
 HYBRID = {"vocab_size": 23, "embedding_dim": 16, "num_heads": 4,
           "layer_pattern": ["linear", "linear", "linear", "full"],
           "max_seq_len": 32, "hidden_dim": 32, "seed": 3}
@@ -92,7 +101,9 @@ KEEP = {"forward": ("y", "decay"), "steps": ("y",),
         "state_contract": ("chain.y", "twice.0.y", "twice.1.y", "again.y",
                            *(state_part_output(s, i) for s in contract_stages() for i in range(MAX_STATE_ARRAYS))),
         "hybrid": ("logits", "loss", *(gradient_output(i) for i in range(HYBRID_MAX_PARAMETERS))),
-        "benchmark": ()}
+        "benchmark": (),
+        "decay_norms": tuple(f"step.{n}.{part}" for n in range(NORMS_MAX_STEPS) for part in "xSz"),
+        "learned_decays": ()}
 
 
 def token_segments(bounds: list[tuple[int, int]]) -> Segments:
@@ -162,6 +173,16 @@ def _both_dtypes(base: str, kind: str, config: dict, arrays: dict[str, np.ndarra
                       batch=batch)]
 
 
+def learned_logits() -> dict[str, np.ndarray]:
+    """Per-head gamma_logit of each linear layer of each pattern (``logits.<name>.<i>``, bottom
+    to top), all different, so that an order or a head mixed up shows."""
+    rng = np.random.default_rng(41)
+    heads = LEARNED_DECAYS["num_heads"]
+    return {f"logits.{name}.{i}": rng.uniform(-2.0, 5.0, heads)
+            for name, pattern in LEARNED_DECAYS["patterns"].items()
+            for i in range(pattern.count("linear"))}
+
+
 def probe_cases() -> list[ProbeCase]:
     """Every input the harness runs, generated deterministically: built once per process, so the
     checks' trusted outputs, keyed by these inputs, are shared by every submission it grades."""
@@ -218,4 +239,8 @@ def _probe_cases() -> tuple[ProbeCase, ...]:
     tokens = rng.integers(0, HYBRID["vocab_size"], (2, 20)).astype(np.float64)
     cases += _both_dtypes("hybrid", "hybrid", HYBRID, {"tokens": tokens}, ["hybrid"])
     cases.append(ProbeCase("benchmark", "benchmark", BENCHMARK, {}, KEEP["benchmark"]))   # float32, as the exercise
+    arrays = _layer_inputs([37], (1, DECAY_NORMS["tokens"], DECAY_NORMS["embedding_dim"], DECAY_NORMS["num_heads"]),
+                           "mild")
+    cases.append(ProbeCase("decay_norms", "decay_norms", DECAY_NORMS, arrays, KEEP["decay_norms"]))
+    cases.append(ProbeCase("learned_decays", "learned_decays", LEARNED_DECAYS, learned_logits(), KEEP["learned_decays"]))
     return tuple(sorted(cases, key=lambda c: "only_if_failed" in c.config))   # fallbacks after what they stand in for

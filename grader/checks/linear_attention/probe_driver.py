@@ -322,5 +322,111 @@ def case_benchmark(module, inputs, config):
     return {"measurements": measurements, "returned": returned, "error": error, "raised_in": raised_in}
 
 
+# Exercise 4's state_norms: at most this many of the steps it runs on the given layer are kept.
+NORMS_MAX_STEPS = 120
+
+
+def _state_parts(state):
+    return _list(state) if _isinstance(state, (tuple, _list)) else [state]
+
+
+def _given_state(state, returned):
+    """How a step's state came: ``none``, ``returned`` (the state, or its tensors, that the
+    layer's previous step returned), ``zeros`` (another state of zeros: init_state's) or
+    ``other``."""
+    if state is None:
+        return "none"
+    parts, last = _state_parts(state), _state_parts(returned) if returned is not None else []
+    if state is returned or (parts and last and parts[0] is last[0]):
+        return "returned"
+    if all(_isinstance(p, _Tensor) for p in parts) and not any(bool(p.any()) for p in parts):
+        return "zeros"
+    return "other"
+
+
+def case_decay_norms(module, inputs, config):
+    """Exercise 4's ``state_norms`` on a layer and tokens of the grader's, each step of that
+    layer observed from the grader's side: the gamma_logit it ran with and how its state came
+    (``_given_state``; ``steps``), its input and the S and z it returned (``step.<n>.x/S/z``). The
+    trusted side recomputes the norms from those states; the sweep's lists come back as
+    ``returned``."""
+    function = _getattr(module, "state_norms", None)
+    if function is None:
+        return {"missing": True}
+    la, dtype = build_attention(module, inputs, config)
+    x = _tensor(inputs["x"], dtype=dtype)
+    steps, raised, depth = [], [None], [0]
+    original = module.LinearAttention.step
+
+    last = [None]   # the state the given layer's previous step returned
+
+    def observed_step(self, x_t, state=None, *args, **kwargs):
+        outer, given = depth[0] == 0, _given_state(state, last[0]) if self is la else None
+        depth[0] += 1
+        try:
+            result = original(self, x_t, state, *args, **kwargs)
+        except BaseException as exc:
+            raised[0] = exc
+            raise
+        finally:
+            depth[0] -= 1
+        if outer and self is la and _len(steps) < NORMS_MAX_STEPS:
+            n = _len(steps)
+            parts = _state_parts(result[1]) if _isinstance(result, (tuple, _list)) and _len(result) == 2 else []
+            usable = _len(parts) == 2 and all(_isinstance(p, _Tensor) for p in parts)
+            save_output(f"step.{n}.x", _clone(x_t.detach()))
+            if usable:
+                save_output(f"step.{n}.S", _clone(parts[0].detach()))
+                save_output(f"step.{n}.z", _clone(parts[1].detach()))
+            try:
+                logits = [_float(v) for v in self.gamma_logit.detach().reshape(-1)]
+            except Exception:  # noqa: BLE001 - a gamma_logit that is no tensor matches no logit given
+                logits = []
+            steps.append({"logits": logits, "given": given, "state": usable})
+            last[0] = result[1] if usable else None
+        return result
+    _setattr(module.LinearAttention, "step", observed_step)
+    error, returned, raised_in = None, None, None
+    try:
+        result = function(la, x, _dict(config["logits"]))
+        if _isinstance(result, _dict):
+            returned = {label: _numbers(result.get(label)) for label in config["logits"]}
+    except Exception as exc:  # noqa: BLE001 - the function's failure is a finding, with what was observed
+        error = describe_error(exc)
+        raised_in = "LinearAttention.step" if raised[0] is exc else None
+    return {"steps": steps, "returned": returned, "error": error, "raised_in": raised_in}
+
+
+def case_learned_decays(module, inputs, config):
+    """Exercise 4's ``learned_decays`` on models the grader builds (``config["patterns"]``),
+    each linear layer's gamma_logit set to the grader's values (``logits.<name>.<i>``, bottom
+    to top); what it returns comes back as nested lists of numbers (``returned``)."""
+    function = _getattr(module, "learned_decays", None)
+    if function is None:
+        return {"missing": True}
+    models = {}
+    for name, pattern in config["patterns"].items():
+        _manual_seed(config["seed"])
+        model = module.HybridTransformerLM(config["vocab_size"], config["embedding_dim"], pattern,
+                                           config["num_heads"], config["max_seq_len"], hidden_dim=config["hidden_dim"])
+        linear = [block.attn for block in model.blocks if _isinstance(block.attn, module.LinearAttention)]
+        for i, attn in enumerate(linear):
+            attn.gamma_logit = _tensor(inputs[f"logits.{name}.{i}"], dtype=_FLOAT32).requires_grad_()
+        models[name] = model
+    try:
+        result = function(models)
+    except Exception as exc:  # noqa: BLE001 - the function's failure is a finding
+        return {"error": describe_error(exc)}
+    if not _isinstance(result, _dict):
+        return {"returned": None, "type": _type(result).__name__}
+    returned = {}
+    for name in config["patterns"]:
+        layers = result.get(name)
+        rows = [_numbers(row) for row in layers] if _isinstance(layers, (_list, tuple)) else None
+        returned[name] = rows
+    return {"returned": returned}
+
+
 HANDLERS = {"forward": case_forward, "steps": case_steps, "state_growth": case_state_growth,
-            "state_contract": case_state_contract, "hybrid": case_hybrid, "benchmark": case_benchmark}
+            "state_contract": case_state_contract, "hybrid": case_hybrid, "benchmark": case_benchmark,
+            "decay_norms": case_decay_norms, "learned_decays": case_learned_decays}

@@ -1,0 +1,17 @@
+# Each head's norm taken, then averaged: not the norm of all heads together.
+def state_norms(layer, inputs, logits):
+    out = {}
+    with torch.no_grad():
+        for label, value in logits.items():
+            layer.gamma_logit.fill_(value)
+            state, norms = None, []
+            for t in range(inputs.shape[1]):
+                _, state = layer.step(inputs[:, t], state)
+                norms.append(state[0].norm(dim=(-2, -1)).mean().item())
+            out[label] = norms
+    return out
+
+
+def learned_decays(models):
+    return {name: [block.attn.decay.detach().tolist() for block in model.blocks if block.kind == "linear"]
+            for name, model in models.items()}

@@ -1,0 +1,18 @@
+# One state for all three settings: each setting starts where the previous one ended.
+def state_norms(layer, inputs, logits):
+    out = {}
+    state = None
+    with torch.no_grad():
+        for label, value in logits.items():
+            layer.gamma_logit.fill_(value)
+            norms = []
+            for t in range(inputs.shape[1]):
+                _, state = layer.step(inputs[:, t], state)
+                norms.append(state[0].norm().item())
+            out[label] = norms
+    return out
+
+
+def learned_decays(models):
+    return {name: [block.attn.decay.detach().tolist() for block in model.blocks if block.kind == "linear"]
+            for name, model in models.items()}

@@ -1,0 +1,91 @@
+"""Exercise 4 judged by calling its functions on the grader's layer, tokens and models
+(grader/checks/linear_attention/decay_inspection.py).
+
+The corpus of tests/decay_inspections/ (see its README) runs through the probe harness's own
+case code in this process with the master's LinearAttention: every ``correct_*`` cell earns both
+items, every ``mistake_*`` cell loses exactly the item listed here, with a message that names
+what it recorded.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from grader import cells
+from grader.checks import CheckContext, Verdict
+from grader.checks import linear_attention as checks
+from grader.checks.linear_attention.decay_inspection import DECAY_ITEMS
+from grader.graft import submission_module_source
+from grader.probe import ProbeResult
+
+from probe_in_process import probe_in_process
+
+CELLS = Path(__file__).parent / "decay_inspections"
+NORMS, LEARNED = DECAY_ITEMS
+# A mistake -> the item it loses and words its message must hold.
+MISTAKES = {
+    "mistake_norm_of_z": (NORMS, "Diagnosis: the norm of the normalizer z, not of S"),
+    "mistake_mean_head_norm": (NORMS, "Diagnosis: the mean of the heads' norms, not the norm of all heads together"),
+    "mistake_state_carried_over": (NORMS, "with gamma_logit = 2.5, the first step was given the state the previous "
+                                          "setting ended with"),
+    "mistake_state_not_carried": (NORMS, "a step was not given the state the step before returned"),
+    "mistake_own_inputs": (NORMS, "the steps were given other tokens than the inputs passed in"),
+    "mistake_raw_logits": (LEARNED, "Diagnosis: these are the raw gamma_logit values"),
+    "mistake_top_to_bottom": (LEARNED, "Diagnosis: the layers are listed top to bottom"),
+}
+CORRECT = sorted(p.stem for p in CELLS.glob("correct_*.py"))
+CASES = ("decay_norms", "learned_decays")
+
+
+def exercise_probe(assignment, cell: str | None) -> ProbeResult:
+    """Exercise 4's cases alone, on the master's layer and ``cell`` as Exercise 4's cell (None: no such cell)."""
+    found = {c.id: cells.source(c) for c in assignment.master.cells if cells.SCAFFOLD in cells.tags(c)}
+    (cell_id,) = [s.cell_id for s in cells.scaffolds(assignment.master) if "state_norms" in s.symbols]
+    if cell is None:
+        del found[cell_id]
+    else:
+        found[cell_id] = cell
+    source, _ = submission_module_source(assignment.master, found)
+    return probe_in_process(source, [c for c in checks.probe_cases(assignment.rubric) if c.name in CASES],
+                            checks.PROBE_DRIVER)
+
+
+def verdicts_of(assignment, probe: ProbeResult) -> dict[str, Verdict]:
+    verdicts = checks.evaluate(CheckContext(assignment.rubric, assignment.master_path, probe, None, None,
+                                            "not executed in this test"))
+    return {item: verdicts[item] for item in DECAY_ITEMS}
+
+
+@pytest.fixture(scope="module")
+def graded(assignment) -> dict[str, dict[str, Verdict]]:
+    return {path.stem: verdicts_of(assignment, exercise_probe(assignment, path.read_text()))
+            for path in sorted(CELLS.glob("*.py"))}
+
+
+def test_the_corpus_is_measured_both_ways(graded):
+    assert set(graded) == set(CORRECT) | set(MISTAKES), "every file has its entry"
+    assert len(CORRECT) >= 3 and len(MISTAKES) >= 3
+    passed = {name for name in CORRECT if {v.status for v in graded[name].values()} == {"passed"}}
+    caught = {name for name, (item, _) in MISTAKES.items()
+              if {i for i, v in graded[name].items() if v.status != "passed"} == {item}}
+    print(f"\ncorrect Exercise 4 cells earning both items: {len(passed)} of {len(CORRECT)}; "
+          f"mistaken cells losing exactly their item: {len(caught)} of {len(MISTAKES)}")
+    assert passed == set(CORRECT) and caught == set(MISTAKES)
+
+
+@pytest.mark.parametrize("name", sorted(MISTAKES))
+def test_a_mistake_is_named_on_its_item(graded, name):
+    item, words = MISTAKES[name]
+    assert graded[name][item].status == "failed" and words in graded[name][item].message, graded[name][item].message
+
+
+def test_an_exercise_left_undone_or_missing_fails_with_the_reason(assignment):
+    missing = verdicts_of(assignment, exercise_probe(assignment, None))
+    assert {v.status for v in missing.values()} == {"failed"}
+    assert "state_norms is not defined" in missing[NORMS].message
+    assert "learned_decays is not defined" in missing[LEARNED].message
+    todo = next(cells.source(c) for c in assignment.template.cells if c.id == "ex4-decay")
+    undone = verdicts_of(assignment, exercise_probe(assignment, todo))
+    assert {v.status for v in undone.values()} == {"failed"}
+    assert all("raised NotImplementedError: TODO" in v.message for v in undone.values()), undone
