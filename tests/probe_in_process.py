@@ -21,6 +21,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from grader import cells
+from grader.checks import checks_for
+from grader.graft import submission_module_source
 from grader.harness import HARNESS_DIR
 from grader.probe import ProbeCase, ProbeResult, harness_request, read_answer
 
@@ -71,3 +74,18 @@ def probe_in_process(module_source: str, cases: list[ProbeCase], driver: Path | 
     answer = read_answer(bytes(supervisor.stream), cases)
     assert answer is not None, "the harness reported no import"
     return ProbeResult(answer.import_status, answer.import_error, answer.outputs)
+
+
+def exercise_probe(assignment, symbol: str, cell: str | None, case_names: tuple[str, ...]) -> ProbeResult:
+    """The checks' cases ``case_names`` alone, on the master's scaffold cells with the one that
+    defines ``symbol`` replaced by ``cell`` (None: left out, as when no cell defines it)."""
+    found = {c.id: cells.source(c) for c in assignment.master.cells if cells.SCAFFOLD in cells.tags(c)}
+    (cell_id,) = [s.cell_id for s in cells.scaffolds(assignment.master) if symbol in s.symbols]
+    if cell is None:
+        del found[cell_id]
+    else:
+        found[cell_id] = cell
+    source, _ = submission_module_source(assignment.master, found)
+    checks = checks_for(assignment.rubric)
+    return probe_in_process(source, [c for c in checks.probe_cases(assignment.rubric) if c.name in case_names],
+                            checks.PROBE_DRIVER)

@@ -223,9 +223,9 @@ def test_the_honest_submission_earns_exactly_what_its_cells_give(world: World) -
     """Graded among the attacks, the honest baseline (the master's cells without the training
     exercises and without most written answers) passes every other item with full points:
     nothing in the batch touched its grade. The baseline really is a full-marks scaffold and
-    Exercise 1: the attacks compete with that."""
+    Exercises 1, 4 and 5: the attacks compete with that."""
     items = _items(world.results[HONEST])
-    not_given = {name for name, test in items.items() if "written" in test["tags"]}
+    not_given = {name for name, test in items.items() if set(test["tags"]) & {"written", "training"}}
     assert {name for name, test in items.items() if test["status"] != "passed"} == not_given
     assert all(test["score"] == test["max_score"] for name, test in items.items() if name not in not_given)
     assert world.results[HONEST]["score"] == sum(items[name]["max_score"] for name in set(items) - not_given)

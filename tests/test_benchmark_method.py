@@ -16,11 +16,10 @@ from grader import cells
 from grader.checks import CheckContext, Verdict
 from grader.checks import linear_attention as checks
 from grader.checks.linear_attention.benchmark import BENCHMARK_CASE, METHOD_ITEMS
-from grader.graft import submission_module_source
 from grader.probe import ProbeResult
 
 from conftest import SWEEPS
-from probe_in_process import probe_in_process
+from probe_in_process import exercise_probe
 
 FULL, LINEAR = METHOD_ITEMS
 TEACHER_FORCING = "teacher forcing"
@@ -39,16 +38,8 @@ CORRECT = sorted(p.stem for p in SWEEPS.glob("correct_*.py"))
 
 
 def sweep_probe(assignment, sweep: str | None) -> ProbeResult:
-    """The benchmark case alone, on the master's layer and ``sweep`` as Exercise 1's cell (None: no such cell)."""
-    found = {c.id: cells.source(c) for c in assignment.master.cells if cells.SCAFFOLD in cells.tags(c)}
-    (sweep_cell,) = [s.cell_id for s in cells.scaffolds(assignment.master) if "decode_step_sweep" in s.symbols]
-    if sweep is None:
-        del found[sweep_cell]
-    else:
-        found[sweep_cell] = sweep
-    source, _ = submission_module_source(assignment.master, found)
-    cases = [c for c in checks.probe_cases(assignment.rubric) if c.name == BENCHMARK_CASE]
-    return probe_in_process(source, cases, checks.PROBE_DRIVER)
+    """The benchmark case alone, with ``sweep`` as Exercise 1's cell (None: no such cell)."""
+    return exercise_probe(assignment, "decode_step_sweep", sweep, (BENCHMARK_CASE,))
 
 
 def method_verdicts(assignment, probe: ProbeResult) -> dict[str, Verdict]:

@@ -16,10 +16,9 @@ from grader import cells
 from grader.checks import CheckContext, Verdict
 from grader.checks import linear_attention as checks
 from grader.checks.linear_attention.decay_inspection import DECAY_ITEMS
-from grader.graft import submission_module_source
 from grader.probe import ProbeResult
 
-from probe_in_process import probe_in_process
+from probe_in_process import exercise_probe
 
 CELLS = Path(__file__).parent / "decay_inspections"
 NORMS, LEARNED = DECAY_ITEMS
@@ -38,19 +37,6 @@ CORRECT = sorted(p.stem for p in CELLS.glob("correct_*.py"))
 CASES = ("decay_norms", "learned_decays")
 
 
-def exercise_probe(assignment, cell: str | None) -> ProbeResult:
-    """Exercise 4's cases alone, on the master's layer and ``cell`` as Exercise 4's cell (None: no such cell)."""
-    found = {c.id: cells.source(c) for c in assignment.master.cells if cells.SCAFFOLD in cells.tags(c)}
-    (cell_id,) = [s.cell_id for s in cells.scaffolds(assignment.master) if "state_norms" in s.symbols]
-    if cell is None:
-        del found[cell_id]
-    else:
-        found[cell_id] = cell
-    source, _ = submission_module_source(assignment.master, found)
-    return probe_in_process(source, [c for c in checks.probe_cases(assignment.rubric) if c.name in CASES],
-                            checks.PROBE_DRIVER)
-
-
 def verdicts_of(assignment, probe: ProbeResult) -> dict[str, Verdict]:
     verdicts = checks.evaluate(CheckContext(assignment.rubric, assignment.master_path, probe, None, None,
                                             "not executed in this test"))
@@ -59,7 +45,7 @@ def verdicts_of(assignment, probe: ProbeResult) -> dict[str, Verdict]:
 
 @pytest.fixture(scope="module")
 def graded(assignment) -> dict[str, dict[str, Verdict]]:
-    return {path.stem: verdicts_of(assignment, exercise_probe(assignment, path.read_text()))
+    return {path.stem: verdicts_of(assignment, exercise_probe(assignment, "state_norms", path.read_text(), CASES))
             for path in sorted(CELLS.glob("*.py"))}
 
 
@@ -81,11 +67,11 @@ def test_a_mistake_is_named_on_its_item(graded, name):
 
 
 def test_an_exercise_left_undone_or_missing_fails_with_the_reason(assignment):
-    missing = verdicts_of(assignment, exercise_probe(assignment, None))
+    missing = verdicts_of(assignment, exercise_probe(assignment, "state_norms", None, CASES))
     assert {v.status for v in missing.values()} == {"failed"}
     assert "state_norms is not defined" in missing[NORMS].message
     assert "learned_decays is not defined" in missing[LEARNED].message
     todo = next(cells.source(c) for c in assignment.template.cells if c.id == "ex4-decay")
-    undone = verdicts_of(assignment, exercise_probe(assignment, todo))
+    undone = verdicts_of(assignment, exercise_probe(assignment, "state_norms", todo, CASES))
     assert {v.status for v in undone.values()} == {"failed"}
     assert all("raised NotImplementedError: TODO" in v.message for v in undone.values()), undone

@@ -58,6 +58,7 @@ SPEC: Dict[str, Any] = {'assignment': 'linear_attention',
  'scaffolds': [{'cell_id': 'linear-attention',
                 'symbols': ['LinearAttention.forward', 'LinearAttention.step']},
                {'cell_id': 'ex1-benchmark', 'symbols': ['decode_step_sweep']},
+               {'cell_id': 'ex2-train', 'symbols': ['train_and_compare']},
                {'cell_id': 'ex4-decay', 'symbols': ['state_norms', 'learned_decays']}],
  'provided': [{'id': 'setup',
                'source': '# Provided: imports, grading mode and device helpers. Do not edit.\n'
@@ -589,6 +590,7 @@ SPEC: Dict[str, Any] = {'assignment': 'linear_attention',
                          '128}\n'
                          'STORYLM_5M = {"embedding_dim": 256, "num_heads": 8, "hidden_dim": 1024, "context": '
                          '128}\n'
+                         'SAMPLE_PROMPT = "Once upon a time"\n'
                          '\n'
                          '\n'
                          'def get_batch(data: torch.Tensor, batch_size: int, context: int,\n'
@@ -769,6 +771,7 @@ SPEC: Dict[str, Any] = {'assignment': 'linear_attention',
                 'ex2-training-helpers',
                 'ex2-data',
                 'ex2-train',
+                'ex2-run',
                 'ex2-question',
                 'ex3-intro',
                 'ex3-recall-helpers',

@@ -53,6 +53,14 @@ NORMS_MAX_STEPS = 120   # as in probe_driver.py
 LEARNED_DECAYS = {"vocab_size": 11, "embedding_dim": 16, "num_heads": 4, "max_seq_len": 8, "hidden_dim": 16,
                   "seed": 5, "patterns": {"all_full": ["full"] * 4, "all_linear": ["linear"] * 4,
                                           "hybrid_LLLF": ["linear", "linear", "linear", "full"]}}
+# Exercise 2 (``probe_driver.case_training``): the three patterns at a tiny size and budget, on
+# random token streams of the grader's (any window of one is found in neither the other nor
+# elsewhere in it), over an alphabet that spells the sample prompt.
+TRAINING_ALPHABET = "Once upon a time, the cat sat."
+TRAINING = {"alphabet": TRAINING_ALPHABET, "seed": 7,
+            "model": {"embedding_dim": 16, "num_heads": 4, "hidden_dim": 32, "context": 8},
+            "budget": {"steps": 3, "batch_size": 2, "context": 8, "eval_batches": 2, "sample_tokens": 3},
+            "patterns": LEARNED_DECAYS["patterns"]}
 HYBRID = {"vocab_size": 23, "embedding_dim": 16, "num_heads": 4,
           "layer_pattern": ["linear", "linear", "linear", "full"],
           "max_seq_len": 32, "hidden_dim": 32, "seed": 3}
@@ -103,7 +111,8 @@ KEEP = {"forward": ("y", "decay"), "steps": ("y",),
         "hybrid": ("logits", "loss", *(gradient_output(i) for i in range(HYBRID_MAX_PARAMETERS))),
         "benchmark": (),
         "decay_norms": tuple(f"step.{n}.{part}" for n in range(NORMS_MAX_STEPS) for part in "xSz"),
-        "learned_decays": ()}
+        "learned_decays": (),
+        "training": ()}
 
 
 def token_segments(bounds: list[tuple[int, int]]) -> Segments:
@@ -183,6 +192,14 @@ def learned_logits() -> dict[str, np.ndarray]:
             for i in range(pattern.count("linear"))}
 
 
+def training_streams() -> dict[str, np.ndarray]:
+    """Exercise 2's token streams: ``train_ids`` and ``val_ids``, uniform over the alphabet."""
+    rng = np.random.default_rng(43)
+    vocab = len(set(TRAINING_ALPHABET))
+    return {"train_ids": rng.integers(0, vocab, 600).astype(np.float64),
+            "val_ids": rng.integers(0, vocab, 300).astype(np.float64)}
+
+
 def probe_cases() -> list[ProbeCase]:
     """Every input the harness runs, generated deterministically: built once per process, so the
     checks' trusted outputs, keyed by these inputs, are shared by every submission it grades."""
@@ -243,4 +260,5 @@ def _probe_cases() -> tuple[ProbeCase, ...]:
                            "mild")
     cases.append(ProbeCase("decay_norms", "decay_norms", DECAY_NORMS, arrays, KEEP["decay_norms"]))
     cases.append(ProbeCase("learned_decays", "learned_decays", LEARNED_DECAYS, learned_logits(), KEEP["learned_decays"]))
+    cases.append(ProbeCase("training", "training", TRAINING, training_streams(), KEEP["training"]))
     return tuple(sorted(cases, key=lambda c: "only_if_failed" in c.config))   # fallbacks after what they stand in for

@@ -7,12 +7,15 @@ helpers through the ``harness`` namespace the harness gives it, and binds every 
 function it uses here, at load time, so that student code patching torch in a worker does not
 change how this code calls it.
 """
+import os
+import tempfile
 import time
 import types
 
 import torch
 
 _tensor, _stack, _no_grad, _clone = torch.tensor, torch.stack, torch.no_grad, torch.Tensor.clone
+_grad_enabled = torch.is_grad_enabled
 _manual_seed, _cross_entropy, _Tensor = torch.manual_seed, torch.nn.functional.cross_entropy, torch.Tensor
 _LONG, _FLOAT32, _perf_counter, _sorted = torch.long, torch.float32, time.perf_counter, sorted
 _isinstance, _type, _len, _int, _float, _list, _dict = isinstance, type, len, int, float, list, dict
@@ -20,6 +23,29 @@ _getattr, _setattr, _min, _max, _range = getattr, setattr, min, max, range
 save_output, given_state, save_state, DTYPES = (harness.save_output, harness.given_state,  # noqa: F821
                                                 harness.save_state, harness.DTYPES)        # noqa: F821
 describe_error = harness.describe_error  # noqa: F821
+
+
+def _load_optimizer_machinery():
+    """Exercise 2's case trains models. The first optimizer torch builds imports torch._dynamo,
+    whose namedtuples set functions' ``__defaults__``, which the workers' audit hook refuses to
+    the code it runs: one is built and stepped here, in the supervisor, before any worker forks.
+    Those imports name a temporary folder (never written to); the sandbox has none that is
+    writable, so the name is given for the while."""
+    kept, tempfile.tempdir = tempfile.tempdir, "/tmp"
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", "/tmp")   # an existing folder: made "if missing", never written
+    try:
+        weight = torch.nn.Parameter(torch.zeros(1))
+        optimizer = torch.optim.AdamW([weight])
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+        weight.sum().backward()
+        torch.nn.utils.clip_grad_norm_([weight], 1.0)
+        optimizer.step()
+        schedule.step()
+    finally:
+        tempfile.tempdir = kept
+
+
+_load_optimizer_machinery()
 
 
 def build_attention(module, inputs, config):
@@ -427,6 +453,64 @@ def case_learned_decays(module, inputs, config):
     return {"returned": returned}
 
 
+def case_training(module, inputs, config):
+    """Exercise 2's ``train_and_compare`` on the grader's token streams (``train_ids`` and
+    ``val_ids``, set as the module globals the exercise reads, with a tokenizer of the grader's
+    alphabet), sizes and budget. Every outermost ``HybridTransformerLM.forward`` is observed
+    from the grader's side (``calls``: which model, gradients on or off, the tokens), each
+    model returned is described (``models``: its call index, block kinds, parameter count),
+    with the counts of the models the config builds (``expected_parameters``) and the numbers
+    returned (``returned``)."""
+    function = _getattr(module, "train_and_compare", None)
+    if function is None:
+        return {"missing": True}
+    module.tokenizer = module.CharTokenizer(config["alphabet"])
+    module.train_ids = _tensor(inputs["train_ids"], dtype=_LONG)
+    module.val_ids = _tensor(inputs["val_ids"], dtype=_LONG)
+    model_config, budget = config["model"], config["budget"]
+    expected = {}
+    for name, pattern in config["patterns"].items():
+        reference = module.HybridTransformerLM(module.tokenizer.vocab_size, model_config["embedding_dim"], pattern,
+                                               model_config["num_heads"], max_seq_len=budget["context"],
+                                               hidden_dim=model_config["hidden_dim"])
+        expected[name] = _int(reference.num_parameters())
+    calls, seen, depth, raised = [], [], [0], [None]
+    original = module.HybridTransformerLM.forward
+
+    def observed_forward(self, tokens, *args, **kwargs):
+        if depth[0] == 0:
+            if not any(model is self for model in seen):
+                seen.append(self)
+            index = next(i for i, model in enumerate(seen) if model is self)
+            calls.append({"model": index, "training": _grad_enabled(),
+                          "tokens": tokens.tolist() if _isinstance(tokens, _Tensor) and tokens.numel() <= 4096 else None})
+        depth[0] += 1
+        try:
+            return original(self, tokens, *args, **kwargs)
+        except BaseException as exc:
+            raised[0] = exc
+            raise
+        finally:
+            depth[0] -= 1
+    _setattr(module.HybridTransformerLM, "forward", observed_forward)
+    try:
+        result = function(_dict(model_config), _dict(budget), config["seed"])
+    except Exception as exc:  # noqa: BLE001 - the function's failure is a finding, with what was observed
+        return {"calls": calls, "error": describe_error(exc),
+                "raised_in": "HybridTransformerLM.forward" if raised[0] is exc else None}
+    results, models = result if _isinstance(result, (tuple, _list)) and _len(result) == 2 else (None, None)
+    described, returned = {}, {}
+    for name, model in (models.items() if _isinstance(models, _dict) else []):
+        blocks = _getattr(model, "blocks", None)
+        described[name] = {"index": next((i for i, m in enumerate(seen) if m is model), None),
+                           "kinds": [_getattr(b, "kind", None) for b in blocks] if _isinstance(blocks, _list) else None,
+                           "parameters": _int(model.num_parameters()) if _isinstance(model, module.Module) else None}
+    for name, entry in (results.items() if _isinstance(results, _dict) else []):
+        returned[name] = {key: _numbers([entry.get(key)])[0] if _isinstance(entry, _dict) and _numbers(
+            [entry.get(key)]) else None for key in ("parameters", "val_loss")}
+    return {"calls": calls, "models": described, "returned": returned, "expected_parameters": expected}
+
+
 HANDLERS = {"forward": case_forward, "steps": case_steps, "state_growth": case_state_growth,
             "state_contract": case_state_contract, "hybrid": case_hybrid, "benchmark": case_benchmark,
-            "decay_norms": case_decay_norms, "learned_decays": case_learned_decays}
+            "decay_norms": case_decay_norms, "learned_decays": case_learned_decays, "training": case_training}
