@@ -7,8 +7,6 @@ helpers through the ``harness`` namespace the harness gives it, and binds every 
 function it uses here, at load time, so that student code patching torch in a worker does not
 change how this code calls it.
 """
-import os
-import tempfile
 import time
 import types
 
@@ -23,29 +21,6 @@ _getattr, _setattr, _min, _max, _range = getattr, setattr, min, max, range
 save_output, given_state, save_state, DTYPES = (harness.save_output, harness.given_state,  # noqa: F821
                                                 harness.save_state, harness.DTYPES)        # noqa: F821
 describe_error = harness.describe_error  # noqa: F821
-
-
-def _load_optimizer_machinery():
-    """Exercise 2's case trains models. The first optimizer torch builds imports torch._dynamo,
-    whose namedtuples set functions' ``__defaults__``, which the workers' audit hook refuses to
-    the code it runs: one is built and stepped here, in the supervisor, before any worker forks.
-    Those imports name a temporary folder (never written to); the sandbox has none that is
-    writable, so the name is given for the while."""
-    kept, tempfile.tempdir = tempfile.tempdir, "/tmp"
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", "/tmp")   # an existing folder: made "if missing", never written
-    try:
-        weight = torch.nn.Parameter(torch.zeros(1))
-        optimizer = torch.optim.AdamW([weight])
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-        weight.sum().backward()
-        torch.nn.utils.clip_grad_norm_([weight], 1.0)
-        optimizer.step()
-        schedule.step()
-    finally:
-        tempfile.tempdir = kept
-
-
-_load_optimizer_machinery()
 
 
 def build_attention(module, inputs, config):
@@ -453,10 +428,55 @@ def case_learned_decays(module, inputs, config):
     return {"returned": returned}
 
 
+class LightOptimizer:
+    """Stands in for torch's optimizers in Exercise 2's case, which judges which batches each
+    model sees, not how it learns: the first torch optimizer built imports machinery that sets
+    functions' ``__defaults__`` (refused by the workers' audit hook) and wants a writable cache
+    folder (the sandbox has none). Plain gradient steps, with torch's call shapes."""
+
+    def __init__(self, params, lr=1e-3, **options):
+        given = _list(params)
+        groups = given if given and _isinstance(given[0], _dict) else [{"params": given}]
+        self.param_groups = [{**group, "params": _list(group["params"]), "lr": group.get("lr", lr)} for group in groups]
+        self.defaults, self.state = {"lr": lr, **options}, {}
+
+    def zero_grad(self, set_to_none=True):
+        for group in self.param_groups:
+            for param in group["params"]:
+                param.grad = None
+
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        with _no_grad():
+            for group in self.param_groups:
+                for param in group["params"]:
+                    if param.grad is not None:
+                        param.sub_(group["lr"] * param.grad)
+        return loss
+
+
+class LightSchedule:
+    """Stands in for torch's learning-rate schedules beside ``LightOptimizer``: no change."""
+
+    def __init__(self, optimizer, *args, **kwargs):
+        self.optimizer = optimizer
+
+    def step(self, *args, **kwargs):
+        pass
+
+    def get_last_lr(self):
+        return [group["lr"] for group in self.optimizer.param_groups]
+
+
+_OPTIMIZERS = ("SGD", "Adam", "AdamW", "RMSprop", "Adagrad")
+_SCHEDULES = ("LambdaLR", "CosineAnnealingLR", "LinearLR", "StepLR", "OneCycleLR", "ExponentialLR")
+
+
 def case_training(module, inputs, config):
     """Exercise 2's ``train_and_compare`` on the grader's token streams (``train_ids`` and
     ``val_ids``, set as the module globals the exercise reads, with a tokenizer of the grader's
-    alphabet), sizes and budget. Every outermost ``HybridTransformerLM.forward`` is observed
+    alphabet), sizes and budget, torch's optimizers and schedules replaced by light stand-ins
+    (``LightOptimizer``). Every outermost ``HybridTransformerLM.forward`` is observed
     from the grader's side (``calls``: which model, gradients on or off, the tokens), each
     model returned is described (``models``: its call index, block kinds, parameter count),
     with the counts of the models the config builds (``expected_parameters``) and the numbers
@@ -464,6 +484,19 @@ def case_training(module, inputs, config):
     function = _getattr(module, "train_and_compare", None)
     if function is None:
         return {"missing": True}
+    replaced = [(torch.optim, name, LightOptimizer) for name in _OPTIMIZERS] + [
+        (torch.optim.lr_scheduler, name, LightSchedule) for name in _SCHEDULES]
+    kept = [(owner, name, _getattr(owner, name)) for owner, name, _ in replaced]
+    for owner, name, stand_in in replaced:
+        _setattr(owner, name, stand_in)
+    try:
+        return _train_and_observe(module, inputs, config, function)
+    finally:   # a worker ends with its case; a process that runs cases in turn (the tests') goes on
+        for owner, name, original in kept:
+            _setattr(owner, name, original)
+
+
+def _train_and_observe(module, inputs, config, function):
     module.tokenizer = module.CharTokenizer(config["alphabet"])
     module.train_ids = _tensor(inputs["train_ids"], dtype=_LONG)
     module.val_ids = _tensor(inputs["val_ids"], dtype=_LONG)
