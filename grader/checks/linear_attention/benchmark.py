@@ -6,7 +6,8 @@ from the grader's side of each call what ran inside every call the timer timed. 
 item asks that every timed call of that path is one step of its layer, with everything else
 (the cache and its prefix, the state) built outside it, at every history length given, and that
 the times the sweep returns are the medians it measured. The times are never judged, nor shown
-in a passing message: these machines are loaded. The byte counts are ``benchmark_memory``'s concern (the notebook's run).
+in a passing message: these machines are loaded. The byte counts are ``benchmark_memory``'s
+concern (the notebook's run).
 """
 from __future__ import annotations
 
@@ -16,8 +17,7 @@ from typing import Any
 
 from grader.checks import CheckContext, Verdict
 from grader.checks.linear_attention.cases import BENCHMARK
-from grader.checks.linear_attention.items import not_judged
-from grader.probe import CaseOutput
+from grader.checks.linear_attention.items import exercise_run
 
 BENCHMARK_CASE = "benchmark"
 METHOD_ITEMS = ("benchmark_full_step", "benchmark_linear_step")
@@ -26,7 +26,7 @@ REPORTED_RTOL = 1e-3
 
 
 @dataclass(frozen=True)
-class Path:
+class DecodePath:
     """One decode path of the sweep: the item, its step's name, the calls that belong to it."""
 
     item: str
@@ -36,11 +36,11 @@ class Path:
     times: str                 # the returned list of its times
 
 
-FULL = Path("benchmark_full_step", "decode_step", "MultiHeadAttention.decode_step",
+FULL = DecodePath("benchmark_full_step", "decode_step", "MultiHeadAttention.decode_step",
             {"full_forward": "a full-attention forward pass over the tokens (teacher forcing, not one decode step)",
              "cache_built": "building the KV cache"},
             "full_ms_per_step")
-LINEAR = Path("benchmark_linear_step", "step", "LinearAttention.step",
+LINEAR = DecodePath("benchmark_linear_step", "step", "LinearAttention.step",
               {"linear_forward": "a parallel forward pass over the tokens (teacher forcing, not one step)",
                "init_state": "building the state (init_state)"},
               "linear_ms_per_step")
@@ -51,22 +51,13 @@ def method_checks(context: CheckContext) -> dict[str, Any]:
     return {path.item: (lambda path=path: judge_path(context, path)) for path in (FULL, LINEAR)}
 
 
-def judge_path(context: CheckContext, path: Path) -> Verdict:
-    out = context.probe.cases.get(BENCHMARK_CASE) or CaseOutput("not_run", "the probe did not run this case")
+def judge_path(context: CheckContext, path: DecodePath) -> Verdict:
     lengths = BENCHMARK["history_lengths"]
-    if out.status != "ok":
-        return Verdict("failed", f"decode_step_sweep could not be run on the grader's layers: {out.error or out.status}")
-    info = out.info
-    if info.get("missing"):
-        why = context.ungraded.get("decode_step_sweep", "no cell defines it")
-        return Verdict("failed", f"decode_step_sweep is not defined: {why}")
-    if info.get("raised_in"):
-        return not_judged(f"the sweep stopped when your {info['raised_in']} raised ({info.get('error')}); the "
-                          "layer's own items judge it")
-    if info.get("error"):
-        return Verdict("failed", f"decode_step_sweep raised {info['error']}, on the grader's layers (D = "
-                                 f"{BENCHMARK['embedding_dim']}, H = {BENCHMARK['num_heads']}) and history lengths "
-                                 f"{lengths}")
+    info, decided = exercise_run(context, BENCHMARK_CASE, "decode_step_sweep",
+                                 f"layers (D = {BENCHMARK['embedding_dim']}, H = {BENCHMARK['num_heads']}) and "
+                                 f"history lengths {lengths}", "the sweep stopped when your {raised_in}")
+    if decided:
+        return decided
     measurements = info.get("measurements") or []
     mine = [(n, m) for n, m in enumerate(measurements, 1)
             if any(_belongs(call, path) for call in m["timed_calls"])]
@@ -100,11 +91,11 @@ def judge_path(context: CheckContext, path: Path) -> Verdict:
                              f"({', '.join(map(str, lengths))}), and the sweep returned the medians it measured")
 
 
-def _belongs(call: dict[str, Any], path: Path) -> bool:
+def _belongs(call: dict[str, Any], path: DecodePath) -> bool:
     return any(name.removesuffix("_other") in (path.step, *path.own) for name in call["counts"])
 
 
-def _nothing_timed(path: Path, measurements: list[dict[str, Any]]) -> str:
+def _nothing_timed(path: DecodePath, measurements: list[dict[str, Any]]) -> str:
     if not measurements:
         return ("nothing was timed with time_median_ms: the exercise times each step with the provided helper, whose "
                 "timed calls the grader observes")
@@ -112,7 +103,7 @@ def _nothing_timed(path: Path, measurements: list[dict[str, Any]]) -> str:
             "you are given)")
 
 
-def _timed_call_problem(call: dict[str, Any], path: Path, lengths: list[int]) -> str | None:
+def _timed_call_problem(call: dict[str, Any], path: DecodePath, lengths: list[int]) -> str | None:
     """What a timed call of ``path`` ran besides one step of its layer, or what that step saw."""
     counts: dict[str, int] = call["counts"]
     other = (FULL if path is LINEAR else LINEAR)
@@ -155,7 +146,7 @@ def _lengths_problem(measurement: dict[str, Any], lengths: list[int]) -> str | N
     return None
 
 
-def _coverage_problem(path: Path, medians: list[tuple[int | None, float]], lengths: list[int]) -> str | None:
+def _coverage_problem(path: DecodePath, medians: list[tuple[int | None, float]], lengths: list[int]) -> str | None:
     if path is FULL:
         missing = [t for t in lengths if t not in {length for length, _ in medians}]
         if missing:
@@ -168,7 +159,7 @@ def _coverage_problem(path: Path, medians: list[tuple[int | None, float]], lengt
     return None
 
 
-def _reported_problem(path: Path, medians: list[tuple[int | None, float]], returned: list[float] | None,
+def _reported_problem(path: DecodePath, medians: list[tuple[int | None, float]], returned: list[float] | None,
                       lengths: list[int]) -> str | None:
     """Whether the returned times are the medians measured: each path's time at T is one of its
     medians there (between the smallest and the largest when it measured T more than once).

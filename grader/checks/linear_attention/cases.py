@@ -259,6 +259,7 @@ def _probe_cases() -> tuple[ProbeCase, ...]:
     arrays = _layer_inputs([37], (1, DECAY_NORMS["tokens"], DECAY_NORMS["embedding_dim"], DECAY_NORMS["num_heads"]),
                            "mild")
     cases.append(ProbeCase("decay_norms", "decay_norms", DECAY_NORMS, arrays, KEEP["decay_norms"]))
-    cases.append(ProbeCase("learned_decays", "learned_decays", LEARNED_DECAYS, learned_logits(), KEEP["learned_decays"]))
+    cases.append(ProbeCase("learned_decays", "learned_decays", LEARNED_DECAYS, learned_logits(),
+                           KEEP["learned_decays"]))
     cases.append(ProbeCase("training", "training", TRAINING, training_streams(), KEEP["training"]))
     return tuple(sorted(cases, key=lambda c: "only_if_failed" in c.config))   # fallbacks after what they stand in for

@@ -16,8 +16,7 @@ import numpy as np
 
 from grader.checks import CheckContext, Verdict
 from grader.checks.linear_attention.cases import DECAY_NORMS, LEARNED_DECAYS, learned_logits, probe_cases
-from grader.checks.linear_attention.items import not_judged
-from grader.probe import CaseOutput
+from grader.checks.linear_attention.items import exercise_run, not_judged
 
 DECAY_ITEMS = ("decay_state_norms", "decay_learned")
 # Norms and decays are computed in float32 by the student's code and in float64 here from the
@@ -30,33 +29,16 @@ def decay_checks(context: CheckContext) -> dict[str, Callable[[], Verdict]]:
             "decay_learned": lambda: judge_learned_decays(context)}
 
 
-def _output(context: CheckContext, name: str) -> CaseOutput:
-    return context.probe.cases.get(name) or CaseOutput("not_run", "the probe did not run this case")
-
-
-def _unrun(context: CheckContext, out: CaseOutput, function: str) -> Verdict | None:
-    """The verdict when the function could not be judged by what it did: not run, missing, raising."""
-    if out.status != "ok":
-        return Verdict("failed", f"{function} could not be run on the grader's inputs: {out.error or out.status}")
-    if out.info.get("missing"):
-        return Verdict("failed", f"{function} is not defined: {context.ungraded.get(function, 'no cell defines it')}")
-    if out.info.get("raised_in"):
-        return not_judged(f"{function} stopped when your {out.info['raised_in']} raised ({out.info.get('error')}); "
-                          "the layer's own items judge it")
-    if out.info.get("error"):
-        return Verdict("failed", f"{function} raised {out.info['error']} on the grader's inputs")
-    return None
-
-
 def judge_state_norms(context: CheckContext) -> Verdict:
-    out = _output(context, "decay_norms")
-    unrun = _unrun(context, out, "state_norms")
-    if unrun:
-        return unrun
+    info, decided = exercise_run(context, "decay_norms", "state_norms", "inputs",
+                                 "state_norms stopped when your {raised_in}")
+    if decided:
+        return decided
+    out = context.probe.cases["decay_norms"]
     tokens, logits = DECAY_NORMS["tokens"], DECAY_NORMS["logits"]
-    steps = out.info.get("steps") or []
+    steps = info.get("steps") or []
     x = next(c for c in probe_cases() if c.name == "decay_norms").arrays["x"]   # the tokens it was given
-    returned = out.info.get("returned")
+    returned = info.get("returned")
     if not isinstance(returned, dict) or any(not isinstance(returned.get(label), list) for label in logits):
         return Verdict("failed", f"state_norms returned {_kind(returned)}; expected {{label: [one norm per token]}} "
                                  f"with every label it was given ({', '.join(logits)})")
@@ -120,13 +102,13 @@ def _diagnosis(got: np.ndarray, states: list[tuple[np.ndarray, np.ndarray]]) -> 
 
 
 def judge_learned_decays(context: CheckContext) -> Verdict:
-    out = _output(context, "learned_decays")
-    unrun = _unrun(context, out, "learned_decays")
-    if unrun:
-        return unrun
-    returned = out.info.get("returned")
+    info, decided = exercise_run(context, "learned_decays", "learned_decays", "inputs",
+                                 "learned_decays stopped when your {raised_in}")
+    if decided:
+        return decided
+    returned = info.get("returned")
     if not isinstance(returned, dict):
-        return Verdict("failed", f"learned_decays returned {out.info.get('type', 'nothing')}; expected {{pattern "
+        return Verdict("failed", f"learned_decays returned {info.get('type', 'nothing')}; expected {{pattern "
                                  "name: [[one decay per head] for each linear layer, bottom to top]}")
     logits = learned_logits()
     for name, pattern in LEARNED_DECAYS["patterns"].items():

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 from functools import cached_property, partial
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -441,6 +441,27 @@ def not_judged(reason: str) -> Verdict:
     """An item the evidence cannot decide: ``error`` (0 points, and the TA's review list says
     why), never a failure that charges the student for a mistake another item charges."""
     return Verdict("error", f"not judged: {reason}")
+
+
+def exercise_run(context: CheckContext, case: str, function: str, given: str,
+                 stopped: str) -> tuple[dict[str, Any], Verdict | None]:
+    """The probe's record of an exercise function it called (case ``case``), and the verdict
+    when that run decides the item already: not run, not defined, stopped by the layer (not
+    judged; ``stopped`` says who stopped, with ``{raised_in}``), or raising. ``given`` names
+    what the grader gave it, for messages."""
+    out = context.probe.cases.get(case) or CaseOutput("not_run", "the probe did not run this case")
+    if out.status != "ok":
+        return {}, Verdict("failed", f"{function} could not be run on the grader's {given}: {out.error or out.status}")
+    info = out.info
+    if info.get("missing"):
+        return info, Verdict("failed", f"{function} is not defined: "
+                                       + context.ungraded.get(function, "no cell defines it"))
+    if info.get("raised_in"):
+        return info, not_judged(f"{stopped.format(raised_in=info['raised_in'])} raised ({info.get('error')}); the "
+                                "layer's own items judge it")
+    if info.get("error"):
+        return info, Verdict("failed", f"{function} raised {info['error']} on the grader's {given}")
+    return info, None
 
 
 def _all_of(verdicts: list[Verdict]) -> Verdict:

@@ -515,8 +515,8 @@ def _train_and_observe(module, inputs, config, function):
             if not any(model is self for model in seen):
                 seen.append(self)
             index = next(i for i, model in enumerate(seen) if model is self)
-            calls.append({"model": index, "training": _grad_enabled(),
-                          "tokens": tokens.tolist() if _isinstance(tokens, _Tensor) and tokens.numel() <= 4096 else None})
+            small = _isinstance(tokens, _Tensor) and tokens.numel() <= 4096
+            calls.append({"model": index, "training": _grad_enabled(), "tokens": tokens.tolist() if small else None})
         depth[0] += 1
         try:
             return original(self, tokens, *args, **kwargs)

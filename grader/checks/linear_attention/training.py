@@ -19,8 +19,7 @@ import numpy as np
 
 from grader.checks import CheckContext, Verdict
 from grader.checks.linear_attention.cases import TRAINING, training_streams
-from grader.checks.linear_attention.items import not_judged
-from grader.probe import CaseOutput
+from grader.checks.linear_attention.items import exercise_run
 
 TRAINING_ITEMS = ("training_same_batches", "training_held_out", "training_parameters")
 
@@ -32,18 +31,10 @@ def training_checks(context: CheckContext) -> dict[str, Callable[[], Verdict]]:
 
 
 def _decided(context: CheckContext, judge: Callable[[dict[str, Any]], Verdict]) -> Verdict:
-    out = context.probe.cases.get("training") or CaseOutput("not_run", "the probe did not run this case")
-    if out.status != "ok":
-        return Verdict("failed", f"train_and_compare could not be run on the grader's data: {out.error or out.status}")
-    info = out.info
-    if info.get("missing"):
-        return Verdict("failed", "train_and_compare is not defined: "
-                                 + context.ungraded.get("train_and_compare", "no cell defines it"))
-    if info.get("raised_in"):
-        return not_judged(f"train_and_compare stopped when a model's forward raised ({info.get('error')}); the "
-                          "layer's own items judge it")
-    if info.get("error"):
-        return Verdict("failed", f"train_and_compare raised {info['error']} on the grader's data and budget")
+    info, decided = exercise_run(context, "training", "train_and_compare", "data and budget",
+                                 "train_and_compare stopped when a model's forward")
+    if decided:
+        return decided
     patterns = TRAINING["patterns"]
     models = info.get("models") or {}
     if set(models) != set(patterns) or any(models[name]["kinds"] != patterns[name] for name in patterns):
@@ -86,8 +77,8 @@ def _same_batches(info: dict[str, Any]) -> Verdict:
     for name in others:
         step = next((i for i, (a, b) in enumerate(zip(batches[first], batches[name])) if a != b), None)
         if step is not None:
-            return Verdict("failed", f"{name}'s training batch {step + 1} differs from {first}'s: every pattern must see "
-                                     "the same batches in the same order (give train_lm the same seed)")
+            return Verdict("failed", f"{name}'s training batch {step + 1} differs from {first}'s: every pattern "
+                                     "must see the same batches in the same order (give train_lm the same seed)")
     return Verdict("passed", f"each pattern trained {steps} steps on the same batches in the same order, all "
                              "windows of the training split")
 
