@@ -27,7 +27,8 @@ import nbformat
 from grader import cells
 
 BASELINE_LAST_CELL = "hybrid-model"           # the master's cells up to this one are kept ...
-EXERCISE_CELLS = ("ex1-benchmark", "ex4-decay", "ex5-intro", "ex5-memory-bill", "ex5-question")   # ... and these
+# ... and these
+EXERCISE_CELLS = ("ex1-benchmark", "ex3-recall", "ex4-decay", "ex5-intro", "ex5-memory-bill", "ex5-question")
 SCAFFOLD_CELL = "linear-attention"
 ATTACK_BEFORE = "ex5-intro"                   # attack cells go before Exercise 5 by default
 HUGE_NOTEBOOK_BYTES = 200 * 2**20

@@ -114,8 +114,8 @@ def items_by_id(results_json: dict) -> dict[str, dict]:
     return {t["extra_data"]["id"]: {**t, "status": t["extra_data"]["state"]} for t in results_json["tests"]}
 
 
-# Exercise 1's cells, and Exercise 4's functions (defined, not run: its run cell needs Exercise 2).
-EXERCISE_CODE = ("ex1-helpers", "ex1-benchmark", "ex1-run", "ex4-decay")
+# Exercise 1's cells, and the functions of Exercises 3 and 4 (defined, not run: their run cells train).
+EXERCISE_CODE = ("ex1-helpers", "ex1-benchmark", "ex1-run", "ex3-recall", "ex4-decay")
 
 
 def model_only(master: nbformat.NotebookNode, sweep: str | None = None) -> nbformat.NotebookNode:

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from grader import cells
-from grader.checks import checks_for
+from grader.checks import CheckContext, checks_for
 from grader.graft import submission_module_source
 from grader.harness import HARNESS_DIR
 from grader.probe import ProbeCase, ProbeResult, harness_request, read_answer
@@ -89,3 +89,25 @@ def exercise_probe(assignment, symbol: str, cell: str | None, case_names: tuple[
     checks = checks_for(assignment.rubric)
     return probe_in_process(source, [c for c in checks.probe_cases(assignment.rubric) if c.name in case_names],
                             checks.PROBE_DRIVER)
+
+
+def exercise_verdicts(assignment, probe: ProbeResult, items: tuple[str, ...]) -> dict:
+    """The checks' verdicts on ``items`` from ``probe`` alone (the notebook not executed)."""
+    verdicts = checks_for(assignment.rubric).evaluate(CheckContext(
+        assignment.rubric, assignment.master_path, probe, None, None, "not executed in this test"))
+    return {item: verdicts[item] for item in items}
+
+
+def assert_measured_both_ways(graded: dict, correct: list[str], lost: dict[str, set[str]], what: str) -> None:
+    """An exercise corpus measured both ways, with the figures printed: every ``correct`` cell
+    passes all its items, every mistaken cell (``lost``: its name -> the items it must lose)
+    loses exactly those."""
+    assert set(graded) == set(correct) | set(lost), "every file has its entry"
+    assert len(correct) >= 3 and len(lost) >= 3
+    passed = {name for name in correct if {v.status for v in graded[name].values()} == {"passed"}}
+    caught = {name for name, items in lost.items()
+              if {i for i, v in graded[name].items() if v.status != "passed"} == set(items)}
+    print(f"\ncorrect {what} cells earning every item: {len(passed)} of {len(correct)}; "
+          f"mistaken cells losing exactly their items: {len(caught)} of {len(lost)}")
+    assert passed == set(correct) and caught == set(lost), {
+        name: {i: v.message for i, v in verdicts.items() if v.status != "passed"} for name, verdicts in graded.items()}

@@ -223,7 +223,7 @@ def test_the_honest_submission_earns_exactly_what_its_cells_give(world: World) -
     """Graded among the attacks, the honest baseline (the master's cells without the training
     exercises and without most written answers) passes every other item with full points:
     nothing in the batch touched its grade. The baseline really is a full-marks scaffold and
-    Exercises 1, 4 and 5: the attacks compete with that."""
+    Exercises 1, 3 (its functions), 4 and 5: the attacks compete with that."""
     items = _items(world.results[HONEST])
     not_given = {name for name, test in items.items() if set(test["tags"]) & {"written", "training"}}
     assert {name for name, test in items.items() if test["status"] != "passed"} == not_given

@@ -13,12 +13,11 @@ from pathlib import Path
 import pytest
 
 from grader import cells
-from grader.checks import CheckContext, Verdict
-from grader.checks import linear_attention as checks
+from grader.checks import Verdict
 from grader.checks.linear_attention.decay_inspection import DECAY_ITEMS
 from grader.probe import ProbeResult
 
-from probe_in_process import exercise_probe
+from probe_in_process import assert_measured_both_ways, exercise_probe, exercise_verdicts
 
 CELLS = Path(__file__).parent / "decay_inspections"
 NORMS, LEARNED = DECAY_ITEMS
@@ -38,9 +37,7 @@ CASES = ("decay_norms", "learned_decays")
 
 
 def verdicts_of(assignment, probe: ProbeResult) -> dict[str, Verdict]:
-    verdicts = checks.evaluate(CheckContext(assignment.rubric, assignment.master_path, probe, None, None,
-                                            "not executed in this test"))
-    return {item: verdicts[item] for item in DECAY_ITEMS}
+    return exercise_verdicts(assignment, probe, DECAY_ITEMS)
 
 
 @pytest.fixture(scope="module")
@@ -50,14 +47,7 @@ def graded(assignment) -> dict[str, dict[str, Verdict]]:
 
 
 def test_the_corpus_is_measured_both_ways(graded):
-    assert set(graded) == set(CORRECT) | set(MISTAKES), "every file has its entry"
-    assert len(CORRECT) >= 3 and len(MISTAKES) >= 3
-    passed = {name for name in CORRECT if {v.status for v in graded[name].values()} == {"passed"}}
-    caught = {name for name, (item, _) in MISTAKES.items()
-              if {i for i, v in graded[name].items() if v.status != "passed"} == {item}}
-    print(f"\ncorrect Exercise 4 cells earning both items: {len(passed)} of {len(CORRECT)}; "
-          f"mistaken cells losing exactly their item: {len(caught)} of {len(MISTAKES)}")
-    assert passed == set(CORRECT) and caught == set(MISTAKES)
+    assert_measured_both_ways(graded, CORRECT, {name: {item} for name, (item, _) in MISTAKES.items()}, "Exercise 4")
 
 
 @pytest.mark.parametrize("name", sorted(MISTAKES))

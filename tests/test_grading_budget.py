@@ -39,7 +39,7 @@ from grader.execute import GRADING_ENV, CellRun, ExecutionResult
 # Token positions the grading-mode run may push through HybridTransformerLM.forward (training,
 # evaluation and generation of Exercises 2 and 3 together).
 MAX_GRADING_TOKENS = 16_000
-BUDGET_CELLS = {"ex2-data": "EX2_BUDGET", "ex3-recall": "RECALL_BUDGET"}
+BUDGET_CELLS = {"ex2-data": "EX2_BUDGET", "ex3-run": "RECALL_BUDGET"}
 
 
 @pytest.fixture(scope="module")

@@ -137,14 +137,15 @@ def _raising(name: str) -> Mistake:
     form, needing = RAISING[name]
     return Mistake((), (form,), {**dict.fromkeys(needing - {"equivalence"}, f"{form} raised on every input: every item "
                                                                              "that needs it is 0, said once plainly"),
-                                 **(STEP_STOPS if form == "step" else {})})
+                                 **(STEP_STOPS if form == "step" else FORWARD_STOPS)})
 
 
-# Exercises 1 and 4 (the master's cells, in this corpus) run the layer's step: a step that raises
-# stops them.
-STEP_STOPS = dict.fromkeys(("benchmark_full_step", "benchmark_linear_step", "decay_state_norms"),
-                           "the exercise's function stops where step raises: its method is not judged (error, with "
-                           "the reason), never charged as a failure")
+# Exercises 1 and 4 (the master's cells, in this corpus) run the layer's step, and Exercise 3's
+# training its forward: a step or a forward that raises stops them.
+STOPPED = ("the exercise's function stops where the layer raises: its method is not judged (error, with the reason), "
+           "never charged as a failure")
+STEP_STOPS = dict.fromkeys(("benchmark_full_step", "benchmark_linear_step", "decay_state_norms"), STOPPED)
+FORWARD_STOPS = dict.fromkeys(("recall_batches", "recall_query_loss"), STOPPED)
 
 
 # Error carried forward, as a property of the corpus: every mutant has an entry here, and every
@@ -163,9 +164,9 @@ MISTAKES = {
     "mutant_decay_z_not_s": Mistake(("decay",), STEP),
     "mutant_denominator_unmasked_row": Mistake(("normalization",), FORWARD, {"causality": LEAKS}),
     "mutant_diagonal_masked_out": Mistake(("alignment",), FORWARD),
-    "mutant_empty_output": Mistake((), BOTH, _unusable(
+    "mutant_empty_output": Mistake((), BOTH, {**_unusable(
         "its outputs are empty", "equivalence", "normalization", "alignment", "causality", "decay_parallel", "decay_per_head",
-        "hybrid_lm", "state_fixed_size", "state_resume")),
+        "hybrid_lm", "state_fixed_size", "state_resume"), **FORWARD_STOPS}),
     "mutant_feature_map_not_positive": Mistake(("normalization",), BOTH),
     "mutant_forward_not_implemented": _raising("mutant_forward_not_implemented"),
     "mutant_future_mask": Mistake(("causality",), FORWARD),
@@ -197,14 +198,14 @@ MISTAKES = {
     "mutant_step_caches_history": Mistake(("state",), STEP),
     "mutant_step_not_implemented": _raising("mutant_step_not_implemented"),
     "mutant_step_returns_given_state": Mistake(("decay",), STEP),
-    "mutant_wrong_output_shape": Mistake((), FORWARD, _unusable(
+    "mutant_wrong_output_shape": Mistake((), FORWARD, {**_unusable(
         "its outputs are (B, H, T, d_h), not (B, T, D)", "normalization", "alignment", "causality", "decay_parallel",
-        "decay_per_head", "hybrid_lm")),
+        "decay_per_head", "hybrid_lm"), **FORWARD_STOPS}),
 }
 
 
 # The items the in-process corpus decides: all the probe's but Exercise 2's (see grade_in_process).
-UNTRAINED_ITEMS = tuple(item for item in checks.SCAFFOLD_ITEMS if item not in checks.TRAINING_ITEMS)
+CORPUS_ITEMS = tuple(item for item in checks.SCAFFOLD_ITEMS if item not in checks.TRAINING_ITEMS)
 
 
 def _context(assignment: Assignment, probe) -> CheckContext:
@@ -221,7 +222,7 @@ def grade_in_process(name: str) -> tuple[dict[str, Verdict], dict[str, float]]:
     cases = [c for c in checks.probe_cases(assignment.rubric) if c.name != "training"]
     probe = probe_in_process(source, cases, checks.PROBE_DRIVER)
     verdicts = checks.evaluate(_context(assignment, probe))
-    return {item: verdicts[item] for item in UNTRAINED_ITEMS}, deviation(items.Evidence(_context(assignment, probe),
+    return {item: verdicts[item] for item in CORPUS_ITEMS}, deviation(items.Evidence(_context(assignment, probe),
                                                                                               cases))
 
 
@@ -264,7 +265,7 @@ def corpus(graded) -> dict[str, dict[str, Verdict]]:
 
 @pytest.fixture(scope="module")
 def points(assignment) -> dict[str, float]:
-    return {item.name: item.points for item in assignment.rubric.items if item.name in UNTRAINED_ITEMS}
+    return {item.name: item.points for item in assignment.rubric.items if item.name in CORPUS_ITEMS}
 
 
 def test_the_corpus_is_large_and_varied():
@@ -400,8 +401,9 @@ def test_a_raising_form_is_said_plainly_on_every_item_that_needs_it(corpus, name
     failed = {i: v.message for i, v in corpus[name].items() if v.status == "failed"}
     assert set(failed) == needing, failed
     stopped = {i: v.message for i, v in corpus[name].items() if v.status == "error"}
-    assert set(stopped) == (set(STEP_STOPS) if form == "step" else set()), stopped
-    assert all("stopped when your LinearAttention.step raised" in m for m in stopped.values()), stopped
+    assert set(stopped) == set(STEP_STOPS if form == "step" else FORWARD_STOPS), stopped
+    said = "stopped when your LinearAttention.step raised" if form == "step" else "stopped when a model's forward raised"
+    assert all(said in m for m in stopped.values()), stopped
     todo = ("implement one recurrent step carrying the fixed-size (S, z) state" if form == "step"
             else "implement the parallel form with an explicit decayed T x T mask")
     for item, message in failed.items():
@@ -432,10 +434,11 @@ def test_wrong_shapes_fail_with_both_shapes_never_a_crash(corpus):
     empty = corpus["mutant_empty_output"]
     assert "expected output shape (1, 1, 8), got (1, 1, 0)" in empty["normalization"].message
     # Its state is right, so the state's decay is too, and step leaves it unchanged (error carried
-    # forward), and Exercises 1 and 4 read no output (Exercise 4 the states); all else fails.
+    # forward), Exercises 1 and 4 read no output (Exercise 4 the states) and Exercise 3's scoring runs
+    # no layer of the student's; Exercise 3's training stops where the model adds the empty output.
     assert {i for i, v in empty.items() if v.status == "passed"} == {
         "scaffold_present", "decay_recurrent", "state_not_mutated",
-        *(item for item in checks.EXERCISE_ITEMS if item in UNTRAINED_ITEMS)}, empty
+        *(item for item in checks.EXERCISE_ITEMS if item in CORPUS_ITEMS and item not in FORWARD_STOPS)}, empty
     assert "got (1, 2, 1, 4)" in corpus["mutant_wrong_output_shape"]["normalization"].message
 
 
@@ -684,7 +687,7 @@ def sandboxed(assignment, sandbox) -> dict[str, dict[str, Verdict]]:
     graded = {}
     for name, probe in zip(SANDBOXED, probes):
         verdicts = checks.evaluate(_context(assignment, probe))
-        graded[name] = {item: verdicts[item] for item in UNTRAINED_ITEMS}
+        graded[name] = {item: verdicts[item] for item in CORPUS_ITEMS}
     return graded
 
 

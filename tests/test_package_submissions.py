@@ -24,11 +24,13 @@ from conftest import ROOT, write_notebook
 
 EXAMPLE = ROOT / "examples" / "submissions" / "linear_attention" / "package_style"
 PACKAGE_FILE = "g2c/linear_attention/attention.py"
-# The exercises' functions (Exercises 1, 2 and 4) have no package file: they are graded from the notebook.
+# The exercises' functions (Exercises 1 to 4) have no package file: they are graded from the notebook.
 GRADED_FROM = {"linear-attention": PACKAGE_FILE, "ex1-benchmark": "linear_attention.ipynb",
-               "ex2-train": "linear_attention.ipynb", "ex4-decay": "linear_attention.ipynb"}
+               "ex2-train": "linear_attention.ipynb", "ex3-recall": "linear_attention.ipynb",
+               "ex4-decay": "linear_attention.ipynb"}
 SOURCES_NOTE = (f"scaffold LinearAttention: from {PACKAGE_FILE}; scaffold decode_step_sweep: from linear_attention.ipynb; "
                 "scaffold train_and_compare: from linear_attention.ipynb; "
+                "scaffold train_recall, recall_accuracy: from linear_attention.ipynb; "
                 "scaffold state_norms, learned_decays: from linear_attention.ipynb; "
                 "exercises and answers: from linear_attention.ipynb")
 PACKAGE_CODE = (EXAMPLE / PACKAGE_FILE).read_text(encoding="utf-8")
@@ -129,6 +131,7 @@ def test_course_package_imports_of_provided_names_are_not_noted(tmp_path, assign
     assert notes == ["redefinition of provided EPS ignored; the grader uses its own copy",   # the folder has no notebook:
                      "decode_step_sweep: not found in the notebook, not graded",
                      "train_and_compare: not found in the notebook, not graded",
+                     "train_recall, recall_accuracy: not found in the notebook, not graded",
                      "state_norms, learned_decays: not found in the notebook, not graded"]
 
 

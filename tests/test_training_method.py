@@ -19,7 +19,7 @@ from grader.checks.linear_attention.training import TRAINING_ITEMS
 from grader.graft import submission_module_source
 
 from conftest import SCAFFOLDS, as_scaffolds, scaffold_cell
-from probe_in_process import exercise_probe, probe_in_process
+from probe_in_process import assert_measured_both_ways, exercise_probe, exercise_verdicts, probe_in_process
 
 CELLS = Path(__file__).parent / "trainings"
 SAME, HELD_OUT, PARAMETERS = TRAINING_ITEMS
@@ -36,10 +36,8 @@ CORRECT = sorted(p.stem for p in CELLS.glob("correct_*.py"))
 
 
 def verdicts_of(assignment, cell: str | None) -> dict[str, Verdict]:
-    probe = exercise_probe(assignment, "train_and_compare", cell, ("training",))
-    verdicts = checks.evaluate(CheckContext(assignment.rubric, assignment.master_path, probe, None, None,
-                                            "not executed in this test"))
-    return {item: verdicts[item] for item in TRAINING_ITEMS}
+    return exercise_verdicts(assignment, exercise_probe(assignment, "train_and_compare", cell, ("training",)),
+                             TRAINING_ITEMS)
 
 
 @pytest.fixture(scope="module")
@@ -48,15 +46,7 @@ def graded(assignment) -> dict[str, dict[str, Verdict]]:
 
 
 def test_the_corpus_is_measured_both_ways(graded):
-    assert set(graded) == set(CORRECT) | set(MISTAKES), "every file has its entry"
-    assert len(CORRECT) >= 3 and len(MISTAKES) >= 3
-    passed = {name for name in CORRECT if {v.status for v in graded[name].values()} == {"passed"}}
-    caught = {name for name, lost in MISTAKES.items()
-              if {i for i, v in graded[name].items() if v.status != "passed"} == set(lost)}
-    print(f"\ncorrect Exercise 2 cells earning the three items: {len(passed)} of {len(CORRECT)}; "
-          f"mistaken cells losing exactly their items: {len(caught)} of {len(MISTAKES)}")
-    assert passed == set(CORRECT) and caught == set(MISTAKES), {
-        name: {i: v.message for i, v in verdicts.items() if v.status != "passed"} for name, verdicts in graded.items()}
+    assert_measured_both_ways(graded, CORRECT, {name: set(lost) for name, lost in MISTAKES.items()}, "Exercise 2")
 
 
 @pytest.mark.parametrize("name", sorted(MISTAKES))

@@ -10,6 +10,7 @@
 - ``benchmark``: Exercise 1's method, from what the probe saw its sweep time.
 - ``decay_inspection``: Exercise 4's functions, on the grader's layer, tokens and models.
 - ``training``: Exercise 2's function, on the grader's token streams, sizes and budget.
+- ``recall``: Exercise 3's functions, on the grader's seed and budget, and its own model and queries.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from grader.checks.linear_attention import cases as inputs
 from grader.checks.linear_attention.answers import answer_checks
 from grader.checks.linear_attention.benchmark import METHOD_ITEMS, method_checks
 from grader.checks.linear_attention.decay_inspection import DECAY_ITEMS, decay_checks
+from grader.checks.linear_attention.recall import RECALL_ITEMS, recall_checks
 from grader.checks.linear_attention.training import TRAINING_ITEMS, training_checks
 from grader.checks.linear_attention.hybrid import hybrid_problem, run_failure
 from grader.checks.linear_attention.items import NEEDS, SCAFFOLD_CHECKS, Evidence, needing, not_judged
@@ -28,7 +30,7 @@ from grader.probe import ProbeCase
 from grader.rubric import Rubric
 
 LAYER_ITEMS = ("scaffold_present", *SCAFFOLD_CHECKS, "hybrid_lm")
-EXERCISE_ITEMS = (*METHOD_ITEMS, *TRAINING_ITEMS, *DECAY_ITEMS)   # exercises the probe calls as functions
+EXERCISE_ITEMS = (*METHOD_ITEMS, *TRAINING_ITEMS, *RECALL_ITEMS, *DECAY_ITEMS)   # exercises the probe calls as functions
 SCAFFOLD_ITEMS = (*LAYER_ITEMS, *EXERCISE_ITEMS)   # every item the probe decides
 PROBE_DRIVER = Path(__file__).with_name("probe_driver.py")
 
@@ -80,5 +82,6 @@ def evaluate(context: CheckContext) -> dict[str, Verdict]:
     checks["hybrid_lm"] = partial(needing(NEEDS["hybrid_lm"], check_hybrid), evidence)
     checks.update(method_checks(context))
     checks.update(training_checks(context))
+    checks.update(recall_checks(context))
     checks.update(decay_checks(context))
     return decide(checks)

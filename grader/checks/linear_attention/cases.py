@@ -61,6 +61,15 @@ TRAINING = {"alphabet": TRAINING_ALPHABET, "seed": 7,
             "model": {"embedding_dim": 16, "num_heads": 4, "hidden_dim": 32, "context": 8},
             "budget": {"steps": 3, "batch_size": 2, "context": 8, "eval_batches": 2, "sample_tokens": 3},
             "patterns": LEARNED_DECAYS["patterns"]}
+# Exercise 3 (``probe_driver.case_recall_training`` and ``case_recall_scoring``): train_recall for
+# each pattern at a tiny size and budget with a seed of the grader's; recall_accuracy on queries of
+# the grader's (the notebook's task sizes: 12 pairs, keys 0..31, values 32..63), answered by a
+# model whose logits the grader chose, right more often at short distances.
+RECALL_PAIRS, RECALL_KEYS, RECALL_VOCAB = 12, 32, 64
+RECALL_TRAINING = {"seed": 6, "model": {"embedding_dim": 16, "num_heads": 4},
+                   "budget": {"steps": 3, "batch_size": 4, "lr": 1e-3}, "patterns": LEARNED_DECAYS["patterns"]}
+RECALL_SCORING = {"seed": 8, "rows": 24, "vocab_size": RECALL_VOCAB, "embedding_dim": 8, "num_heads": 2,
+                  "max_seq_len": 3 * RECALL_PAIRS}
 HYBRID = {"vocab_size": 23, "embedding_dim": 16, "num_heads": 4,
           "layer_pattern": ["linear", "linear", "linear", "full"],
           "max_seq_len": 32, "hidden_dim": 32, "seed": 3}
@@ -112,7 +121,9 @@ KEEP = {"forward": ("y", "decay"), "steps": ("y",),
         "benchmark": (),
         "decay_norms": tuple(f"step.{n}.{part}" for n in range(NORMS_MAX_STEPS) for part in "xSz"),
         "learned_decays": (),
-        "training": ()}
+        "training": (),
+        "recall_training": (),
+        "recall_scoring": ()}
 
 
 def token_segments(bounds: list[tuple[int, int]]) -> Segments:
@@ -200,6 +211,31 @@ def training_streams() -> dict[str, np.ndarray]:
             "val_ids": rng.integers(0, vocab, 300).astype(np.float64)}
 
 
+def recall_queries() -> dict[str, np.ndarray]:
+    """Exercise 3's scoring inputs: ``tokens`` (rows of pairs then queries, as recall_batch makes
+    them), ``answers`` and ``distances`` (per query), and the ``logits`` (rows, tokens, vocabulary)
+    the grader's model answers with: at a query, the answer's logit is highest with a probability
+    that falls with the distance (0.95 at 1 to 0.3 at 12), else another token's is, by a margin;
+    elsewhere the highest logit is anywhere."""
+    rng = np.random.default_rng(47)
+    rows, pairs = RECALL_SCORING["rows"], RECALL_PAIRS
+    keys = np.stack([rng.permutation(RECALL_KEYS)[:pairs] for _ in range(rows)])
+    values = rng.integers(RECALL_KEYS, RECALL_VOCAB, (rows, pairs))
+    asked = np.stack([rng.permutation(pairs) for _ in range(rows)])
+    tokens = np.empty((rows, 3 * pairs), dtype=np.int64)
+    tokens[:, 0:2 * pairs:2], tokens[:, 1:2 * pairs:2] = keys, values
+    tokens[:, 2 * pairs:] = np.take_along_axis(keys, asked, 1)
+    answers, distances = np.take_along_axis(values, asked, 1), pairs - asked
+    logits = rng.standard_normal((rows, 3 * pairs, RECALL_VOCAB))
+    right = rng.random((rows, pairs)) < 0.95 - 0.65 * (distances - 1) / (pairs - 1)
+    for b in range(rows):
+        for j in range(pairs):
+            wrong = (answers[b, j] + rng.integers(1, RECALL_VOCAB)) % RECALL_VOCAB
+            logits[b, 2 * pairs + j, answers[b, j] if right[b, j] else wrong] = 4.0
+    return {"tokens": tokens.astype(np.float64), "answers": answers.astype(np.float64),
+            "distances": distances.astype(np.float64), "logits": logits}
+
+
 def probe_cases() -> list[ProbeCase]:
     """Every input the harness runs, generated deterministically: built once per process, so the
     checks' trusted outputs, keyed by these inputs, are shared by every submission it grades."""
@@ -262,4 +298,7 @@ def _probe_cases() -> tuple[ProbeCase, ...]:
     cases.append(ProbeCase("learned_decays", "learned_decays", LEARNED_DECAYS, learned_logits(),
                            KEEP["learned_decays"]))
     cases.append(ProbeCase("training", "training", TRAINING, training_streams(), KEEP["training"]))
+    cases.append(ProbeCase("recall_training", "recall_training", RECALL_TRAINING, {}, KEEP["recall_training"]))
+    cases.append(ProbeCase("recall_scoring", "recall_scoring", RECALL_SCORING, recall_queries(),
+                           KEEP["recall_scoring"]))
     return tuple(sorted(cases, key=lambda c: "only_if_failed" in c.config))   # fallbacks after what they stand in for

@@ -13,6 +13,7 @@ import types
 import torch
 
 _tensor, _stack, _no_grad, _clone = torch.tensor, torch.stack, torch.no_grad, torch.Tensor.clone
+_register_hook = torch.Tensor.register_hook
 _grad_enabled = torch.is_grad_enabled
 _manual_seed, _cross_entropy, _Tensor = torch.manual_seed, torch.nn.functional.cross_entropy, torch.Tensor
 _LONG, _FLOAT32, _perf_counter, _sorted = torch.long, torch.float32, time.perf_counter, sorted
@@ -472,28 +473,106 @@ _OPTIMIZERS = ("SGD", "Adam", "AdamW", "RMSprop", "Adagrad")
 _SCHEDULES = ("LambdaLR", "CosineAnnealingLR", "LinearLR", "StepLR", "OneCycleLR", "ExponentialLR")
 
 
-def case_training(module, inputs, config):
-    """Exercise 2's ``train_and_compare`` on the grader's token streams (``train_ids`` and
-    ``val_ids``, set as the module globals the exercise reads, with a tokenizer of the grader's
-    alphabet), sizes and budget, torch's optimizers and schedules replaced by light stand-ins
-    (``LightOptimizer``). Every outermost ``HybridTransformerLM.forward`` is observed
-    from the grader's side (``calls``: which model, gradients on or off, the tokens), each
-    model returned is described (``models``: its call index, block kinds, parameter count),
-    with the counts of the models the config builds (``expected_parameters``) and the numbers
-    returned (``returned``)."""
-    function = _getattr(module, "train_and_compare", None)
-    if function is None:
-        return {"missing": True}
+def _light_optimizers(run):
+    """``run()`` with torch's optimizers and schedules replaced by the light stand-ins, restored
+    afterwards: a worker ends with its case, but a process that runs cases in turn (the tests')
+    goes on."""
     replaced = [(torch.optim, name, LightOptimizer) for name in _OPTIMIZERS] + [
         (torch.optim.lr_scheduler, name, LightSchedule) for name in _SCHEDULES]
     kept = [(owner, name, _getattr(owner, name)) for owner, name, _ in replaced]
     for owner, name, stand_in in replaced:
         _setattr(owner, name, stand_in)
     try:
-        return _train_and_observe(module, inputs, config, function)
-    finally:   # a worker ends with its case; a process that runs cases in turn (the tests') goes on
+        return run()
+    finally:
         for owner, name, original in kept:
             _setattr(owner, name, original)
+
+
+def _gradient_reached(grad):
+    """Where a training step's gradient reached the logits (B, T, V): per row, the positions it
+    reached, and at each the token the loss pulls up (the entry with the lowest gradient: a
+    cross-entropy's gradient is the softmax minus the target's one-hot)."""
+    positions, targets = [], []
+    for row in grad.detach().tolist():
+        reached = [(t, values) for t, values in enumerate(row) if any(v != 0.0 for v in values)]
+        positions.append([t for t, _ in reached])
+        targets.append([_min(_range(_len(values)), key=values.__getitem__) for _, values in reached])
+    return {"positions": positions, "targets": targets}
+
+
+class ObservedForwards:
+    """Every outermost ``HybridTransformerLM.forward`` observed from the grader's side while in
+    use (wrapped on the class, restored on exit): ``calls`` (which model, by its index in
+    ``seen``; gradients on or off; the tokens, when small; with ``gradients``, where the
+    training step's gradient reached the logits), and ``raised``, the exception a forward raised."""
+
+    def __init__(self, module, gradients=False):
+        self.module, self.gradients = module, gradients
+        self.calls, self.seen, self.raised = [], [], None
+
+    def index(self, model):
+        return next((i for i, seen in enumerate(self.seen) if seen is model), None)
+
+    def __enter__(self):
+        cls, observer, depth = self.module.HybridTransformerLM, self, [0]
+        self.original = original = cls.forward
+
+        def observed_forward(model, tokens, *args, **kwargs):
+            call = None
+            if depth[0] == 0:
+                if observer.index(model) is None:
+                    observer.seen.append(model)
+                small = _isinstance(tokens, _Tensor) and tokens.numel() <= 4096
+                call = {"model": observer.index(model), "training": _grad_enabled(),
+                        "tokens": tokens.tolist() if small else None}
+                observer.calls.append(call)
+            depth[0] += 1
+            try:
+                logits = original(model, tokens, *args, **kwargs)
+            except BaseException as exc:
+                observer.raised = exc
+                raise
+            finally:
+                depth[0] -= 1
+            if call is not None and observer.gradients and _isinstance(logits, _Tensor) and logits.requires_grad \
+                    and logits.numel() <= 65536:
+                call["gradient"] = None
+
+                def reached(grad, call=call):
+                    call["gradient"] = _gradient_reached(grad)
+                _register_hook(logits, reached)
+            return logits
+        _setattr(cls, "forward", observed_forward)
+        return self
+
+    def __exit__(self, *exc_info):
+        _setattr(self.module.HybridTransformerLM, "forward", self.original)
+        return False
+
+    def stopped(self, exc):
+        return "HybridTransformerLM.forward" if self.raised is exc else None
+
+
+def case_training(module, inputs, config):
+    """Exercise 2's ``train_and_compare`` on the grader's token streams (``train_ids`` and
+    ``val_ids``, set as the module globals the exercise reads, with a tokenizer of the grader's
+    alphabet), sizes and budget, torch's optimizers and schedules replaced by light stand-ins
+    (``LightOptimizer``). Every outermost ``HybridTransformerLM.forward`` is observed
+    from the grader's side (``ObservedForwards``), each model returned is described (``models``:
+    its call index, block kinds, parameter count), with the counts of the models the config
+    builds (``expected_parameters``) and the numbers returned (``returned``)."""
+    function = _getattr(module, "train_and_compare", None)
+    if function is None:
+        return {"missing": True}
+    return _light_optimizers(lambda: _train_and_observe(module, inputs, config, function))
+
+
+def _described(module, observed, model):
+    blocks = _getattr(model, "blocks", None)
+    return {"index": observed.index(model),
+            "kinds": [_getattr(b, "kind", None) for b in blocks] if _isinstance(blocks, _list) else None,
+            "parameters": _int(model.num_parameters()) if _isinstance(model, module.Module) else None}
 
 
 def _train_and_observe(module, inputs, config, function):
@@ -507,43 +586,79 @@ def _train_and_observe(module, inputs, config, function):
                                                model_config["num_heads"], max_seq_len=budget["context"],
                                                hidden_dim=model_config["hidden_dim"])
         expected[name] = _int(reference.num_parameters())
-    calls, seen, depth, raised = [], [], [0], [None]
-    original = module.HybridTransformerLM.forward
-
-    def observed_forward(self, tokens, *args, **kwargs):
-        if depth[0] == 0:
-            if not any(model is self for model in seen):
-                seen.append(self)
-            index = next(i for i, model in enumerate(seen) if model is self)
-            small = _isinstance(tokens, _Tensor) and tokens.numel() <= 4096
-            calls.append({"model": index, "training": _grad_enabled(), "tokens": tokens.tolist() if small else None})
-        depth[0] += 1
+    with ObservedForwards(module) as observed:
         try:
-            return original(self, tokens, *args, **kwargs)
-        except BaseException as exc:
-            raised[0] = exc
-            raise
-        finally:
-            depth[0] -= 1
-    _setattr(module.HybridTransformerLM, "forward", observed_forward)
-    try:
-        result = function(_dict(model_config), _dict(budget), config["seed"])
-    except Exception as exc:  # noqa: BLE001 - the function's failure is a finding, with what was observed
-        return {"calls": calls, "error": describe_error(exc),
-                "raised_in": "HybridTransformerLM.forward" if raised[0] is exc else None}
+            result = function(_dict(model_config), _dict(budget), config["seed"])
+        except Exception as exc:  # noqa: BLE001 - the function's failure is a finding, with what was observed
+            return {"calls": observed.calls, "error": describe_error(exc), "raised_in": observed.stopped(exc)}
     results, models = result if _isinstance(result, (tuple, _list)) and _len(result) == 2 else (None, None)
-    described, returned = {}, {}
-    for name, model in (models.items() if _isinstance(models, _dict) else []):
-        blocks = _getattr(model, "blocks", None)
-        described[name] = {"index": next((i for i, m in enumerate(seen) if m is model), None),
-                           "kinds": [_getattr(b, "kind", None) for b in blocks] if _isinstance(blocks, _list) else None,
-                           "parameters": _int(model.num_parameters()) if _isinstance(model, module.Module) else None}
+    described = {name: _described(module, observed, model)
+                 for name, model in (models.items() if _isinstance(models, _dict) else [])}
+    returned = {}
     for name, entry in (results.items() if _isinstance(results, _dict) else []):
         returned[name] = {key: _numbers([entry.get(key)])[0] if _isinstance(entry, _dict) and _numbers(
             [entry.get(key)]) else None for key in ("parameters", "val_loss")}
-    return {"calls": calls, "models": described, "returned": returned, "expected_parameters": expected}
+    return {"calls": observed.calls, "models": described, "returned": returned, "expected_parameters": expected}
+
+
+def case_recall_training(module, inputs, config):
+    """Exercise 3's ``train_recall`` called once per layer pattern (``config["patterns"]``, in
+    order) with the grader's sizes, budget and seed, torch's optimizers light as in
+    ``case_training``. Every outermost forward is observed with the gradient its logits received
+    (``ObservedForwards``); each model returned is described (``models``)."""
+    function = _getattr(module, "train_recall", None)
+    if function is None:
+        return {"missing": True}
+
+    def train_each():
+        models = {}
+        with ObservedForwards(module, gradients=True) as observed:
+            for name, pattern in config["patterns"].items():
+                try:
+                    model = function(_list(pattern), _dict(config["model"]), _dict(config["budget"]), config["seed"])
+                except Exception as exc:  # noqa: BLE001 - the function's failure is a finding
+                    return {"calls": observed.calls, "error": describe_error(exc), "raised_in": observed.stopped(exc)}
+                models[name] = _described(module, observed, model)
+        return {"calls": observed.calls, "models": models}
+    return _light_optimizers(train_each)
+
+
+def case_recall_scoring(module, inputs, config):
+    """Exercise 3's ``recall_accuracy`` on queries of the grader's (``tokens``, ``answers``,
+    ``distances``) and a model whose forward answers them with the grader's logits (``logits``,
+    looked up by each row's tokens, so any batching or order of rows gets the same answers):
+    the trusted side scores those logits itself. ``returned``: the numbers it returned;
+    ``rows_scored``: how many rows the model was asked for."""
+    function = _getattr(module, "recall_accuracy", None)
+    if function is None:
+        return {"missing": True}
+    _manual_seed(config["seed"])
+    model = module.HybridTransformerLM(config["vocab_size"], config["embedding_dim"], ["full"],
+                                       config["num_heads"], config["max_seq_len"])
+    rows = [tuple(_int(t) for t in row) for row in inputs["tokens"].tolist()]
+    answers_of = {row: logits for row, logits in zip(rows, inputs["logits"].tolist())}
+    asked = [0]
+
+    def grader_answers(tokens, *args, **kwargs):
+        found = [answers_of.get(tuple(_int(t) for t in row)) for row in tokens.tolist()]
+        if any(logits is None for logits in found):
+            raise ValueError("the grader's model answers the grader's queries only")
+        asked[0] += _len(found)
+        return _tensor(found, dtype=_FLOAT32)
+    model.forward = grader_answers
+    try:
+        result = function(model, _tensor(inputs["tokens"], dtype=_LONG), _tensor(inputs["answers"], dtype=_LONG),
+                          _tensor(inputs["distances"], dtype=_LONG))
+    except Exception as exc:  # noqa: BLE001 - the function's failure is a finding
+        return {"error": describe_error(exc), "rows_scored": asked[0]}
+    returned = None
+    if _isinstance(result, _dict):
+        overall = _numbers([result.get("overall_accuracy")])
+        returned = {"accuracy": _numbers(result.get("accuracy")), "overall_accuracy": overall[0] if overall else None}
+    return {"returned": returned, "type": _type(result).__name__, "rows_scored": asked[0]}
 
 
 HANDLERS = {"forward": case_forward, "steps": case_steps, "state_growth": case_state_growth,
             "state_contract": case_state_contract, "hybrid": case_hybrid, "benchmark": case_benchmark,
-            "decay_norms": case_decay_norms, "learned_decays": case_learned_decays, "training": case_training}
+            "decay_norms": case_decay_norms, "learned_decays": case_learned_decays, "training": case_training,
+            "recall_training": case_recall_training, "recall_scoring": case_recall_scoring}
