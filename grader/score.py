@@ -12,6 +12,7 @@ from grader.rubric import WRITTEN_TAG, Question, Rubric
 
 STATUSES = ("passed", "failed", "error", "pending_review")
 PENDING = "awaiting review of the written answer"
+WAITING = "This answer waits for a TA, who sets its score."   # what a student is told; why is the TA's
 
 
 @dataclass
@@ -26,6 +27,34 @@ class ItemResult:
     visibility: str = "visible"
     override: dict[str, Any] | None = None   # a TA's override, with the original score (audit)
     details: dict[str, Any] | None = None    # what the pages show beyond the text (a written draft)
+
+
+@dataclass(frozen=True)
+class ReviewState:
+    """An item as every output shows it after overrides (``review_state``)."""
+
+    state: str           # "graded"; "waiting" for a person; "decided" by a TA's override
+    counted: float       # the points it adds to a total now (a waiting item adds nothing yet)
+    output: str          # what the student is told: results.json's output, the student's page
+    reasons: list[str]   # why a person must look (the TA's page, the queue); empty unless waiting
+
+
+def review_state(item: ItemResult) -> ReviewState:
+    """The one decision of what an item's review has come to. A TA's decision shows as that
+    decision only (whatever the item said while it waited); a waiting item tells the student
+    that it waits, never why: its flags and waiting criteria are reasons for the TA."""
+    if item.override:
+        by = f" ({item.override['reviewer']})" if item.override.get("reviewer") else ""
+        comment = f" {item.override['comment']}" if item.override.get("comment") else ""
+        return ReviewState("decided", item.score,
+                           f"Reviewed by a TA{by}: {item.score:g} / {item.max_score:g}.{comment}", [])
+    if item.status == "pending_review":
+        details = item.details or {}
+        reasons = [*(details.get("flags") or []), *(details.get("waiting") or []),
+                   *(f"criterion {c.get('id')} waits: {c['waits']}" for c in details.get("criteria") or []
+                     if isinstance(c, dict) and c.get("waits"))]
+        return ReviewState("waiting", 0.0, item.output, [str(r) for r in reasons])
+    return ReviewState("graded", item.score, item.output, [])
 
 
 @dataclass
@@ -92,9 +121,11 @@ class GradeResult:
             "execution_time": round(self.execution_time, 2),
             "tests": [{"name": i.title, "score": i.score, "max_score": i.max_score,
                        "status": "passed" if i.status == "passed" else "failed",
-                       "output": i.output + _override_note(i.override), "output_format": "text",
+                       "output": review_state(i).output, "output_format": "text",
                        "visibility": i.visibility, "tags": i.tags,
                        "extra_data": {"id": i.name, "state": i.status,
+                                      # the item's own message, when a decision is what the student is shown
+                                      **({"message": i.output} if review_state(i).output != i.output else {}),
                                       **({"override": i.override} if i.override else {}),
                                       **({"details": i.details} if i.details else {})}} for i in self.items],
             **contract,
@@ -137,12 +168,12 @@ def written_item(rubric: Rubric, question: Question, status: str, output: str,
                  flags: list[str] | None = None) -> ItemResult:
     """A written question's item as the pipeline leaves it for the written stage (0 points).
     A flagged one is ``pending_review`` whatever it would have been, its flags in ``details``
-    (where the written stage keeps them and the review queue reads them) and in its output."""
+    (where the written stage keeps them and the review queue reads them); its output says only
+    that it waits for a TA."""
     details = None
     if flags:
         status, details = "pending_review", {"flags": list(flags)}
-        output += (f"\nFLAGGED for review ({'; '.join(flags)}). It gains no points until a TA sets its score in "
-                   "overrides.yaml.")
+        output += f"\n{WAITING}"
     return ItemResult(question.item_name, question.title, 0.0, question.points, status, output, [WRITTEN_TAG],
                       rubric.llm.visibility, details=details)
 
@@ -154,8 +185,7 @@ def result_from_json(data: dict[str, Any]) -> GradeResult:
         extra = test.get("extra_data") or {}
         override = extra.get("override") if isinstance(extra.get("override"), dict) else None
         details = extra.get("details") if isinstance(extra.get("details"), dict) else None
-        output = str(test.get("output", ""))
-        output = output[: -len(_override_note(override))] if override and output.endswith(_override_note(override)) else output
+        output = str(extra.get("message", test.get("output", "")))
         items.append(ItemResult(extra["id"], str(test.get("name", "")), float(test["score"]),
                                 float(test["max_score"]), extra.get("state", test.get("status", "failed")),
                                 output, list(test.get("tags", [])), test.get("visibility", "visible"), override,
@@ -192,13 +222,3 @@ def _timings_from_json(timings: Any) -> dict[str, Any]:
     peak = timings.get("peak_memory_mib")
     return {"stages": untrusted.stages(timings.get("stages"), strict=False),
             "peak_memory_mib": float(peak) if isinstance(peak, (int, float)) else None}
-
-
-def _override_note(override: dict[str, Any] | None) -> str:
-    """The line an override adds to the item's output (the audit itself is in extra_data)."""
-    if not override:
-        return ""
-    by = f" by {override['reviewer']}" if override.get("reviewer") else ""
-    comment = f": {override['comment']}" if override.get("comment") else ""
-    return (f"\n[TA override{by}: {override['score']:g} points, was {override['original_score']:g}"
-            f"{comment}]")

@@ -7,7 +7,8 @@ its full points unless the answer contains the word WRONG (then none), and an an
 for full marks is flagged. ``script`` replaces that with a function of the request (its
 result is the tool input, or a list of content blocks), ``failures`` queues error answers
 (status, error type) that the next requests get first, ``delay_s`` slows every answer, and
-``batch_ready`` says whether a batch has ended. A guard request (``--llm-guard``: the tool is
+``batch_ready`` says whether a batch has ended. An evidence confirmation (the tool is
+record_confirmation) is answered by ``confirm``, by default yes unless the quotes say NOPE. A guard request (``--llm-guard``: the tool is
 record_screening) is answered by ``guard`` instead, by default another readable rule: the data
 addresses the grader when it says "psst", a whisper the grader's own detector has no pattern for.
 """
@@ -24,17 +25,34 @@ USAGE = {"input_tokens": 120, "output_tokens": 80, "cache_creation_input_tokens"
          "cache_read_input_tokens": 0}
 
 
+def answer_of(request: dict[str, Any]) -> str:
+    """The student's answer as a grading request carries it (between its label and the data's end)."""
+    text = request["messages"][0]["content"].split("The student's answer:\n", 1)[-1]
+    return re.split(r"\n=== END STUDENT DATA [0-9a-f]+ ===", text, maxsplit=1)[0]
+
+
+def sentences(text: str) -> list[str]:
+    """The answer's sentences, as a model would quote them."""
+    return [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+", text) if s.strip()]
+
+
 def grade_by_rule(request: dict[str, Any]) -> dict[str, Any]:
-    """Full points per criterion, or none when the answer says WRONG."""
+    """Full points per criterion, or none when the answer says WRONG; the evidence of every
+    criterion is the answer's first sentence."""
     schema = request["tools"][0]["input_schema"]["properties"]["criteria"]["properties"]
-    text = request["messages"][0]["content"]
-    answer = text.split("The student's answer:", 1)[-1]
+    answer = answer_of(request)
     wrong = "WRONG" in answer
-    return {"criteria": {cid: {"rationale": "checked against the rubric",
+    quote = (sentences(answer) or [""])[0][:400]
+    return {"criteria": {cid: {"rationale": "checked against the rubric", "evidence": [] if wrong else [quote],
                                "points": 0 if wrong else spec["properties"]["points"]["maximum"]}
                          for cid, spec in schema.items()},
             "feedback": "Clear and complete." if not wrong else "This does not answer the question.",
             "confidence": 0.9, "needs_review": False, "injection_suspected": "full marks" in answer.lower()}
+
+
+def confirm_by_rule(request: dict[str, Any]) -> dict[str, Any]:
+    """The confirmation's yes, unless the quotes say NOPE."""
+    return {"earns": "NOPE" not in request["messages"][0]["content"]}
 
 
 def screen_by_rule(request: dict[str, Any]) -> dict[str, Any]:
@@ -59,6 +77,7 @@ class LocalAnthropic:
         self.requests: list[tuple[str, str, Any]] = []     # (method, path, body)
         self.script: Callable[[dict[str, Any]], Any] = grade_by_rule
         self.guard: Callable[[dict[str, Any]], Any] = screen_by_rule
+        self.confirm: Callable[[dict[str, Any]], Any] = confirm_by_rule
         self.failures: list[tuple[int, str]] = []
         self.delay_s = 0.0
         self.batch_ready = True
@@ -118,9 +137,11 @@ class LocalAnthropic:
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def reply(self, request: dict[str, Any]) -> dict[str, Any]:
-        """The message answering ``request``: a guard request's screening, else a grade."""
+        """The message answering ``request``: a guard request's screening, a confirmation's
+        decision, else a grade."""
         tool = request["tool_choice"]["name"]
-        return message((self.guard if tool == "record_screening" else self.script)(request), tool=tool)
+        answer = {"record_screening": self.guard, "record_confirmation": self.confirm}.get(tool, self.script)
+        return message(answer(request), tool=tool)
 
     def batch(self, batch_id: str) -> dict[str, Any]:
         count = len(self.batches[batch_id])
@@ -133,8 +154,11 @@ class LocalAnthropic:
                 "cancel_initiated_at": None,
                 "results_url": f"{self.url}/v1/messages/batches/{batch_id}/results" if ended else None}
 
-    def posts(self, path: str) -> list[Any]:
-        return [body for method, p, body in self.requests if method == "POST" and p == path]
+    def posts(self, path: str, tool: str | None = None) -> list[Any]:
+        """The bodies POSTed to ``path``; with ``tool``, only the Messages requests that force it
+        (``record_grade``: the drafts, without the evidence confirmations and guard requests)."""
+        return [body for method, p, body in self.requests if method == "POST" and p == path
+                and (tool is None or body.get("tool_choice", {}).get("name") == tool)]
 
     def close(self) -> None:
         self.httpd.shutdown()

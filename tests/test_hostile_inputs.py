@@ -223,7 +223,13 @@ def _results(*names: str) -> list[GradeResult]:
 
 @pytest.mark.parametrize("text, problem", [
     ("alice:\n  x: " + "9" * 5000 + "\n", "line 2: alice/x: score 9999999999999999999999999999999999999999... "
-                                        "(5000 characters) is not a number in [0, 3]"),
+                                        "(5000 characters) is not a number; give one in [0, 3]"),
+    ("alice:\n  x: 12\n", "line 2: alice/x: score 12 is outside [0, 3]"),
+    ("alice:\n  x: 2\n  y: [1, 2\n", "line 4, column 1: while parsing a flow sequence expected ',' or ']', but got"),
+    ("alice:\n\tx: 2\n", "line 2, column 1: while scanning for the next token found character '\\t'"),
+    ("alcie:\n  x: 2\n", "line 2: alcie: no such submission in"),
+    ("alcie:\n  x: 2\n", "; did you mean alice?"),
+    ("alice:\n  xx: 2\n", "line 2: alice/xx: no such item; did you mean x?"),
     ("alice:\n  x: " + "[" * 5000 + "\n", "nested too deeply"),
     ("alice:\n  x: .inf\n", "not a number"),
     ("alice:\n  x: 1e400\n", "not a number"),
@@ -422,7 +428,7 @@ def test_hostile_submissions_score_no_more_than_their_honest_twins(hostile, batc
     assert any("not read: internal grader error, please report it is a symbolic link" in n for n in forged.notes)
     written = items_by_id(json.loads((out / forged.submission_id / "results.json").read_text()))[f"written_{FIRST}"]
     flags = written["extra_data"]["details"]["flags"]
-    assert written["score"] == 0 and written["status"] == "pending_review" and "FLAGGED" in written["output"]
+    assert written["score"] == 0 and written["status"] == "pending_review" and "waits for a TA" in written["output"]
     assert any("later cells" in f for f in flags) and len(flags) >= 2, flags   # the copy, and the note to the marker
     deep = results["deep_expression"]
     assert "not valid Python" in items_by_id(json.loads((out / "deep_expression" / "results.json").read_text())

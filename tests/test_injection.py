@@ -295,7 +295,8 @@ def test_grade_time_flags_reach_results_json_the_output_and_the_review_queue(tmp
     tests = {t["extra_data"]["id"]: t for t in written["tests"]}
     ex1, ex2 = tests[f"written_{FIRST}"], tests["written_ex2_comparison"]
     assert ex1["extra_data"]["state"] == "pending_review" and ex1["score"] == 0
-    assert {ADDRESSES, MARKS} <= set(ex1["extra_data"]["details"]["flags"]) and "FLAGGED for review" in ex1["output"]
+    assert {ADDRESSES, MARKS} <= set(ex1["extra_data"]["details"]["flags"]) and "waits for a TA" in ex1["output"]
+    assert "lagged" not in ex1["output"] and ADDRESSES not in ex1["output"]   # the student is never told why
     assert ex2["extra_data"]["details"]["flags"] == [f"TRAINING_RESULTS: {INVISIBLE}", f"TRAINING_RESULTS: {IGNORES}"]
     assert "details" not in tests["written_ex4_decay"]["extra_data"]            # honest answers carry no flags
     queue = {entry.item: entry.reason for entry in review_queue(tmp_path / "out", [result])}
@@ -307,7 +308,9 @@ def test_the_review_page_shows_grade_time_flags(tmp_path, assignment):
     result, _ = _flagged_result(tmp_path, assignment)
     write_pages(tmp_path / "out", read_results(tmp_path / "out"), "none")
     page = (tmp_path / "out" / "mallory" / "review.html").read_text()
-    assert "FLAGGED for review" in page and "asks for marks" in page
+    assert "Waiting for a TA: " in page and "asks for marks" in page
+    student = (tmp_path / "out" / "mallory" / "report.html").read_text()
+    assert "asks for marks" not in student and "lagged" not in student
 
 
 def test_drafting_keeps_the_grade_time_flags(api_server, tmp_path, assignment):
@@ -316,7 +319,7 @@ def test_drafting_keeps_the_grade_time_flags(api_server, tmp_path, assignment):
     ex2 = item(result, "ex2_comparison")
     assert ex2.status == "pending_review" and ex2.score == 0 and ex2.details["draft_score"] == 3
     assert ex2.details["flags"][:2] == [f"TRAINING_RESULTS: {INVISIBLE}", f"TRAINING_RESULTS: {IGNORES}"]
-    assert "FLAGGED" in ex2.output and "mallory: {written_ex2_comparison: 3}" in ex2.output
+    assert "waits for a TA" in ex2.output and ex2.details["draft_score"] == 3
     assert item(result, "ex4_decay").status == "passed"
 
 
@@ -332,8 +335,10 @@ def test_the_guard_flags_what_the_detector_misses_cached_and_counted(api_server,
     results = folder(tmp_path, rubric, answers)
     outcome = grade_written(tmp_path, results, assignment, rubric, "live", guard=True)
     posts = api_server.posts("/v1/messages")
-    guards = [p for p in posts if p["tool_choice"]["name"] == "record_screening"]
-    assert len(posts) == 4 and len(guards) == 2
+    guards = api_server.posts("/v1/messages", "record_screening")
+    # two drafts, two guard requests, and the honest answer's three evidence confirmations (the flagged
+    # answer's evidence is not confirmed: a TA decides it whole)
+    assert len(posts) == 7 and len(guards) == 2
     assert all("REFERENCE ANSWER" not in json.dumps(p["system"]) and "=== BEGIN STUDENT DATA" in
                p["messages"][0]["content"] for p in guards)                          # rubric-free, same data block
     quiet, honest = results
@@ -341,11 +346,11 @@ def test_the_guard_flags_what_the_detector_misses_cached_and_counted(api_server,
     assert item(quiet, FIRST).details["flags"] == ['the guard request says it addresses the grader: "psst"']
     assert item(honest, FIRST).status == "passed"
     usage = json.loads((tmp_path / USAGE_FILE).read_text())
-    assert usage["requests"] == 4 and usage["guard"] == {"sent": 2, "cached": 0, "flagged": 1}
+    assert usage["requests"] == 7 and usage["guard"] == {"sent": 2, "cached": 0, "flagged": 1}
     assert outcome.guard_flagged == 1 and "the guard: 2 sent" in outcome.note
     folder(tmp_path, rubric, answers)                                                # pending again: a regrade
     again = grade_written(tmp_path, read_results(tmp_path), assignment, rubric, "live", guard=True)
-    assert len(api_server.posts("/v1/messages")) == 4 and again.guard_cached == 2 and again.guard_flagged == 1
+    assert len(api_server.posts("/v1/messages")) == 7 and again.guard_cached == 2 and again.guard_flagged == 1
 
 
 def test_the_guard_is_in_the_budget(api_server, tmp_path, assignment):
@@ -356,15 +361,15 @@ def test_the_guard_is_in_the_budget(api_server, tmp_path, assignment):
     folder(tmp_path, rubric, {"a": {FIRST: "The crossover is at 1024."}})
     (result,) = read_results(tmp_path)
     grade_written(tmp_path, [result], assignment, rubric, "live")
-    assert len(api_server.posts("/v1/messages")) == 1
+    asked = len(api_server.posts("/v1/messages"))   # the draft and its evidence confirmations
     folder(tmp_path, rubric, {"a": {FIRST: "The crossover is at 1024."}})   # pending again
     (result,) = read_results(tmp_path)
     guard = guard_params(rubric.llm, "The crossover is at 1024.", {})
     grade_written(tmp_path, [result], assignment, rubric, "live",
                   budget_usd=api.Budget.estimate(guard, rubric.llm.prices, False) / 2, guard=True)
     graded = item(result, FIRST)
-    assert len(api_server.posts("/v1/messages")) == 1 and graded.status == "pending_review" and graded.score == 0
-    assert "guard request did not finish: not sent: the LLM budget" in graded.output
+    assert len(api_server.posts("/v1/messages")) == asked and graded.status == "pending_review" and graded.score == 0
+    assert "guard request did not finish: not sent: the LLM budget" in graded.details["waiting"][0]
 
 
 def test_the_guard_rides_in_the_same_message_batch(api_server, tmp_path, assignment):

@@ -20,6 +20,7 @@ from grader.report.pages import (MAX_ANSWER_CHARS, MAX_EXCERPT_CHARS, MAX_LINE_C
                                  MAX_LISTED_STAGES, MAX_STREAM_CHARS, MAX_TEXT_CHARS, MAX_TRACEBACK_CHARS,
                                  REPORT_PAGE, REVIEW_PAGE, SUMMARY_PAGE, write_pages)
 from grader.report.results import RESULTS_FILE, read_results, write_result
+from grader.written.prompt import MAX_QUOTES
 from grader.untrusted import MAX_STAGE_NAME
 from grader.written import WRITTEN_INPUTS
 
@@ -43,7 +44,7 @@ def submission_page_bound(assignment) -> int:
     """pages.py's stated bound for report.html and review.html, in bytes (see its docstring)."""
     checks, questions = len(assignment.rubric.items), assignment.rubric.questions
     shown = (MAX_TEXT_CHARS * (checks + 1) + MAX_LINE_CHARS
-             + sum(MAX_ANSWER_CHARS + 3 * MAX_TEXT_CHARS + 3 * MAX_STREAM_CHARS + len(q.criteria) * MAX_LINE_CHARS
+             + sum(MAX_ANSWER_CHARS + 3 * MAX_TEXT_CHARS + 3 * MAX_STREAM_CHARS + len(q.criteria) * (2 + MAX_QUOTES) * MAX_LINE_CHARS
                    for q in questions)
              + MAX_LISTED_CELLS * (MAX_LINE_CHARS + MAX_TRACEBACK_CHARS + MAX_STREAM_CHARS + FIRST_LINE_CHARS)
              + MAX_LISTED_STAGES * MAX_STAGE_NAME)
@@ -93,8 +94,10 @@ def writer(assignment, name: str):
     first, second = assignment.rubric.questions[:2]
     drafted = {"score": 0.0, "status": "pending_review", "output": worst_text(HUGE, "draft"),
                "details": {"model": "claude-test", "confidence": 0.4, "draft_score": 1.0, "needs_review": True,
-                           "criteria": [{"id": c.id, "points": 0.0, "max_points": c.points,
-                                         "rationale": worst_text(HUGE, "why")} for c in first.criteria],
+                           "criteria": [{"id": c.id, "points": 0.0, "max_points": c.points, "suggested": c.points,
+                                         "rationale": worst_text(HUGE, "why"), "waits": worst_text(HUGE, "waits"),
+                                         "evidence": [worst_text(HUGE, f"quote {n}") for n in range(2 * MAX_QUOTES)]}
+                                        for c in first.criteria],
                            "feedback": worst_text(HUGE, "feedback"),
                            "flags": [worst_text(HUGE // 4, f"flag {n}") for n in range(4)]}}
     written = {first.item_name: drafted, second.item_name: {"output": worst_text(HUGE, "pending")}}

@@ -20,10 +20,11 @@ from grader.pipeline import EXECUTED_NOTEBOOK, GRADER_ERRORS, SCAFFOLD_SOURCE
 from grader.report.changes import CHANGES_FILE, read_changes, record_changes
 from grader.report.export import ExportError, export_canvas
 from grader.report.integrity import code_tokens, similar_groups
-from grader.report.pages import REPORT_PAGE, REVIEW_PAGE, SUMMARY_PAGE, review_queue, write_pages
+from grader.report.pages import (REPORT_PAGE, REVIEW_PAGE, SUMMARY_PAGE, common_failures, override_lines,
+                                 review_queue, write_pages)
 from grader.report.results import GRADEBOOK_FILE, read_results, write_result
 from grader.report.terminal import RunProgress, print_scores
-from grader.score import GradeResult, ItemResult
+from grader.score import WAITING, GradeResult, ItemResult
 from grader.written import WRITTEN_INPUTS
 
 from conftest import SCAFFOLDS
@@ -72,7 +73,7 @@ def folder(tmp_path, assignment) -> Path:
         "details": {"model": "claude-test", "confidence": 0.9, "draft_score": first_question.points,
                     "criteria": criteria, "feedback": "Clear derivation.", "flags": [], "needs_review": False}}}
     flagged = {"written_" + first_question.id: {
-        "score": 0.0, "status": "pending_review", "output": "FLAGGED",
+        "score": 0.0, "status": "pending_review", "output": WAITING,
         "details": {"model": "claude-test", "confidence": 0.5, "draft_score": 2.0, "criteria": criteria,
                     "feedback": "ok", "flags": ["addresses the grader: 'ignore previous instructions'"],
                     "needs_review": False}}}
@@ -117,7 +118,10 @@ def test_student_page_shows_released_items_escaped_and_no_internals(folder, assi
     assert "SECRET_CHECK_LINE" not in carol and "overrides.yaml lines" not in carol
     write_pages(folder, results, release="published")
     carol = page(folder / "carol" / REPORT_PAGE)
-    assert "Written: " in carol and "My answer" in carol and "Flagged for review" in carol
+    assert "Written: " in carol and "My answer" in carol and WAITING in carol
+    # why a TA must look is the TA's: the student is never told they were suspected
+    assert "lagged" not in carol and "addresses the grader" not in carol
+    assert "Waiting for a TA: addresses the grader" in page(folder / "carol" / REVIEW_PAGE)
     alice = page(folder / "alice" / REPORT_PAGE)
     assert "Clear derivation." in alice and "meets " in alice and "claude-test" in alice
 
@@ -388,3 +392,30 @@ def test_summary_shows_llm_tokens_and_cost(folder):
     usage = re.search(r'<p id="usage">(.*?)</p>', page(folder / SUMMARY_PAGE), re.S).group(1)
     for words in ("batch with claude-test", "7 requests", "12345 input tokens", "678 output tokens", "$0.0421"):
         assert words in usage
+
+
+def test_an_items_snippet_carries_its_override_so_pasting_it_again_loses_nothing():
+    decided = ItemResult("written_x", "X", 2.0, 3.0, "failed", "o", ["written"],
+                         override={"original_score": 0.0, "original_state": "pending_review", "score": 2.0,
+                                   "comment": 'units "were" right: 16 GB', "reviewer": "jdoe", "notebook_sha256": "0"})
+    assert yaml.safe_load(override_lines("alice", decided)) == {
+        "alice": {"written_x": {"score": 2, "comment": 'units "were" right: 16 GB', "reviewer": "jdoe"}}}
+    fresh = replace(decided, override=None, score=0.0)
+    assert yaml.safe_load(override_lines("alice", fresh))["alice"]["written_x"] == {"score": 0, "comment": "",
+                                                                                  "reviewer": ""}
+
+
+def test_a_failure_cause_is_one_row_whatever_it_costs_and_numbers_are_masked_alike():
+    raising = "forward\nforward raised NotImplementedError: TODO, at line 12; every item that needs forward is 0"
+    def result(sid: str, outputs: dict[str, str]) -> GradeResult:
+        return GradeResult(sid, "a", "v", "0", [ItemResult(name, name.title(), 0.0, 2.0, "failed", output, [])
+                                                for name, output in outputs.items()])
+    results = [result(sid, {"normalization": raising, "alignment": raising, "causality": raising})
+               for sid in ("a", "b")]
+    results.append(result("c", {"equivalence": "float64\nmax-abs error 0.07 at position 16.",
+                                "decay_parallel": "float64\nmax-abs error 1.5e-3 at position 3."}))
+    causes = common_failures(results)
+    assert [(c.message, c.submissions, c.items) for c in causes] == [
+        ("forward raised NotImplementedError: TODO, at line #; every item that needs forward is #", 2,
+         ["Normalization", "Alignment", "Causality"]),
+        ("max-abs error # at position #.", 1, ["Equivalence", "Decay_Parallel"])]

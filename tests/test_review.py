@@ -81,9 +81,9 @@ def test_the_ta_page_shows_each_answer_beside_its_question_criteria_and_groundin
     assert f'<blockquote class="question">{asked[:40]}' in card.replace("&#39;", "'")
     assert "the student&#39;s answer" in card and "your answer" not in card
     for criterion in question.criteria:
-        # the criterion, what earns it, the model's points and its rationale, on one row
-        row = re.search(rf"<tr><td>{criterion.id}</td><td>(.*?)</td><td class=\"num\">(.*?)</td><td>(.*?)</td></tr>",
-                        card).groups()
+        # the criterion, what earns it, the model's points, its rationale and its evidence, on one row
+        row = re.search(rf"<tr><td>{criterion.id}</td><td>(.*?)</td><td class=\"num\">(.*?)</td><td>(.*?)</td>"
+                        r"<td>(.*?)</td></tr>", card).groups()
         assert row[0][:30] == criterion.earns[:30].replace('"', "&#34;").replace("'", "&#39;")
         assert row[1] == f"{criterion.points:g} / {criterion.points:g}" and row[2] == f"meets {criterion.id}"
     assert "grounding values this answer was judged against" in card

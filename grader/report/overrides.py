@@ -18,9 +18,11 @@ the TA's file is never edited.
 """
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +66,8 @@ def read_overrides(out_dir: Path, results: list[GradeResult]) -> list[Override]:
         entries, problems = _entries(text)
     except (Refused, UnicodeDecodeError) as exc:
         raise OverrideError(f"{path}: {exc}") from exc
+    except yaml.MarkedYAMLError as exc:
+        raise OverrideError(f"{path}: not valid YAML for overrides: {_marked(exc)}") from exc
     except (yaml.YAMLError, RecursionError, MemoryError, ValueError) as exc:   # nesting past the parser's limits
         raise OverrideError(f"{path}: not valid YAML for overrides: {cells.parse_failure(exc)}") from exc
     by_id = {r.submission_id: r for r in results}
@@ -72,16 +76,34 @@ def read_overrides(out_dir: Path, results: list[GradeResult]) -> list[Override]:
         result = by_id.get(submission_id)
         item = next((i for i in result.items if i.name == name), None) if result else None
         if result is None:
-            problems.append(f"line {line}: {submission_id}: no such submission in {out_dir}")
+            problems.append(f"line {line}: {submission_id}: no such submission in {out_dir}"
+                            + _closest(submission_id, by_id))
         elif item is None:
-            problems.append(f"line {line}: {submission_id}/{name}: no such item")
-        elif score is None or not 0 <= score <= item.max_score:
-            problems.append(f"line {line}: {submission_id}/{name}: score {given} is not a number in [0, {item.max_score:g}]")
+            problems.append(f"line {line}: {submission_id}/{name}: no such item"
+                            + _closest(name, [i.name for i in result.items]))
+        elif score is None:
+            problems.append(f"line {line}: {submission_id}/{name}: score {given} is not a number; give one in "
+                            f"[0, {item.max_score:g}]")
+        elif not 0 <= score <= item.max_score:
+            problems.append(f"line {line}: {submission_id}/{name}: score {given} is outside [0, {item.max_score:g}]")
         else:
             found.append(Override(submission_id, name, score, comment, reviewer))
     if problems:
         raise OverrideError(f"{path}: nothing applied, fix these first:\n  " + "\n  ".join(problems))
     return found
+
+
+def _marked(exc: yaml.MarkedYAMLError) -> str:
+    """A YAML error as ``line L, column C: what is wrong`` (where the parser stopped)."""
+    mark = exc.problem_mark or exc.context_mark
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return where + " ".join(part for part in (exc.context, exc.problem) if part)
+
+
+def _closest(name: str, known: Iterable[str]) -> str:
+    """``; did you mean ...?`` with the closest known names, or nothing when none is close."""
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
 # line, submission, item, score (None: not a usable number), the score as written, comment, reviewer

@@ -24,7 +24,7 @@ C criteria each (the rubric's), report.html and review.html are at most 5 bytes 
     + MAX_LINE_CHARS                              the name it was submitted as
     + Q x (MAX_ANSWER_CHARS + 3 x MAX_TEXT_CHARS  answer, message, feedback, flags
            + 3 x MAX_STREAM_CHARS                 grounding values
-           + C x MAX_LINE_CHARS)                  rationales
+           + C x (2 + MAX_QUOTES) x MAX_LINE_CHARS)  rationales, waiting reasons, quotes
     + MAX_LISTED_CELLS x (MAX_LINE_CHARS + MAX_TRACEBACK_CHARS + MAX_STREAM_CHARS
                           + cells.FIRST_LINE_CHARS)
     + MAX_LISTED_STAGES x untrusted.MAX_STAGE_NAME
@@ -70,9 +70,9 @@ from grader.report.integrity import similar_groups
 from grader.report.overrides import OVERRIDES_FILE
 from grader.report.results import RESULTS_FILE, is_pending
 from grader.rubric import WRITTEN_TAG
-from grader.score import GradeResult, ItemResult
+from grader.score import WAITING, GradeResult, ItemResult, review_state
 from grader.written import USAGE_FILE, WRITTEN_INPUTS
-from grader.written.prompt import MAX_ANSWER_CHARS   # an answer on its pages: as much as the model reads
+from grader.written.prompt import MAX_ANSWER_CHARS, MAX_QUOTES   # an answer on its pages: as much as the model reads
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -115,13 +115,21 @@ MAX_TRACEBACK_CHARS = 3000      # a raising cell's traceback (its end)
 MAX_STREAM_CHARS = 2000         # what a raising cell printed (its end); a grounding value
 MAX_MESSAGE_CHARS = 200         # a common failure's message on the summary
 MAX_TEXT_CHARS = 4000           # an item's message, the notes, the model's feedback, an item's flags
+MAX_CAUSE_ITEMS = 6              # items named beside a failure cause on the class page (the rest counted)
 MAX_LINE_CHARS = 500            # a cell's error, a rationale, a queue reason, the name submitted as
 MAX_EXCERPT_CHARS = 400         # a written answer in the summary's queue
 MAX_LISTED_CELLS = 20           # raising cells; the page says how many more raised
 MAX_LISTED_STAGES = 100         # timing rows (one per code cell that ran); the page says how many more
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # A number standing alone (not the 64 of float64 or the 1 of ex1), for grouping messages.
-_NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![\w.])", re.IGNORECASE)
+# A number in a message, masked as # wherever messages are grouped: not inside a name (float64,
+# x1, d_h2), and at a sentence's end too ("at position 16.").
+_NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:[.,]\d+)*(?:e[-+]?\d+)?(?!\w|\.\d)", re.IGNORECASE)
+
+
+def masked(message: str) -> str:
+    """``message`` with its numbers as #: the same mask for every grouping of messages."""
+    return _NUMBER.sub("#", message)
 # What written_inputs.json records per question, in the order a TA reads it.
 GROUNDING_PARTS = (("reported", "the student's reported run (the one the answer discusses)"),
                    ("grounding", "the grader's re-run, in grading mode"),
@@ -146,7 +154,8 @@ _templates.filters["cut"] = cut
 _templates.globals.update(MAX_TEXT_CHARS=MAX_TEXT_CHARS, MAX_LINE_CHARS=MAX_LINE_CHARS,
                           MAX_ANSWER_CHARS=MAX_ANSWER_CHARS, MAX_LISTED_STAGES=MAX_LISTED_STAGES,
                           EXECUTED_NOTEBOOK=EXECUTED_NOTEBOOK, RESULTS_FILE=RESULTS_FILE,
-                          WRITTEN_INPUTS=WRITTEN_INPUTS)
+                          WRITTEN_INPUTS=WRITTEN_INPUTS, MAX_QUOTES=MAX_QUOTES, MAX_CAUSE_ITEMS=MAX_CAUSE_ITEMS, review_state=review_state,
+                          WAITING=WAITING)
 
 
 @dataclass
@@ -418,11 +427,15 @@ def override_lines(submission_id: str, item: ItemResult, score: float | None = N
 
 
 def _override_item_lines(item: ItemResult, score: float | None = None) -> str:
+    """The item's lines, carrying the override it has (its comment and reviewer), so that pasting
+    them again loses nothing already decided."""
+    override = item.override or {}
     if score is None:
         details = item.details or {}
         score = details.get("draft_score", item.score) if item.status == "pending_review" else item.score
     return (f"  {item.name}:\n    score: {float(score):g}   # of {item.max_score:g}\n"
-            f"    comment: \"\"\n    reviewer: \"\"")
+            f"    comment: {json.dumps(str(override.get('comment', '')), ensure_ascii=False)}\n"
+            f"    reviewer: {json.dumps(str(override.get('reviewer', '')), ensure_ascii=False)}")
 
 
 def review_queue(out_dir: Path, results: list[GradeResult]) -> list[QueueEntry]:
@@ -477,14 +490,15 @@ def queue_blocks(queue: list[QueueEntry], results: list[GradeResult]) -> list[tu
 
 
 def _needs_review(item: ItemResult, internal_error: bool) -> str:
-    if item.override:
+    review = review_state(item)
+    if review.state == "decided":
         return ""   # a person has decided it
     flags = (item.details or {}).get("flags") or []
     if flags:
         return "flagged for review (" + "; ".join(flags) + ")"
-    if item.status == "pending_review":
-        return "written answer awaiting review" + (" (the model asked for a person)"
-                                                   if (item.details or {}).get("needs_review") else "")
+    if review.state == "waiting":
+        return "written answer awaiting review" + (f" ({'; '.join(review.reasons)})" if review.reasons else "") + (
+            " (the model asked for a person)" if (item.details or {}).get("needs_review") else "")
     if (item.details or {}).get("needs_review"):
         return "the model asked for a person to review this grade"
     if item.status == "error":
@@ -501,16 +515,31 @@ def page_link(submission_id: str, page: str, anchor: str = "") -> str:
     return f"{submission_id}/{page}" + (f"#{anchor}" if anchor else "")
 
 
-def common_failures(results: list[GradeResult], limit: int = 12) -> list[tuple[str, str, int]]:
-    """(item title, message with numbers blanked, count), most frequent first."""
-    counts: Counter[tuple[str, str]] = Counter()
+@dataclass(frozen=True)
+class FailureCause:
+    """One distinct cause of failed autograded items across the class: its message (numbers
+    masked), how many submissions it cost, and the items it cost there (titles, most often first)."""
+
+    message: str
+    submissions: int
+    items: list[str]
+
+
+def common_failures(results: list[GradeResult], limit: int = 12) -> list[FailureCause]:
+    """The distinct failure causes, most submissions first: a cause that costs several items (a
+    forward that raises costs every item that needs it) is one row, not one per item."""
+    submissions: dict[str, set[str]] = {}
+    items: dict[str, Counter[str]] = {}
     for result in results:
         for item in result.items:
             if item.status in ("failed", "error") and WRITTEN_TAG not in item.tags:
                 lines = item.output.splitlines()
-                message = lines[1] if len(lines) > 1 else (lines[0] if lines else "")
-                counts[(item.title, cut(_NUMBER.sub("#", message), MAX_MESSAGE_CHARS, RESULTS_FILE))] += 1
-    return [(title, message, n) for (title, message), n in counts.most_common(limit)]
+                message = cut(masked(lines[1] if len(lines) > 1 else (lines[0] if lines else "")), MAX_MESSAGE_CHARS,
+                              RESULTS_FILE)
+                submissions.setdefault(message, set()).add(result.submission_id)
+                items.setdefault(message, Counter())[item.title] += 1
+    ranked = sorted(submissions, key=lambda m: (-len(submissions[m]), -sum(items[m].values()), m))[:limit]
+    return [FailureCause(m, len(submissions[m]), [title for title, _ in items[m].most_common()]) for m in ranked]
 
 
 def summary_context(out_dir: Path, results: list[GradeResult]) -> dict[str, Any]:

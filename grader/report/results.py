@@ -13,11 +13,10 @@ import time
 from pathlib import Path
 
 from grader.intake import SAFE_ID
-from grader.score import GradeResult, ItemResult, result_from_json
+from grader.score import GradeResult, ItemResult, result_from_json, review_state
 from grader.untrusted import read_bytes
 
 RESULTS_FILE = "results.json"
-PENDING = "pending_review"
 GRADEBOOK_FILE = "gradebook.csv"
 MAX_RESULTS_BYTES = 64 * 2**20
 # A spreadsheet evaluates a cell that starts with one of these (OWASP's CSV injection rule).
@@ -70,12 +69,12 @@ def read_results(out_dir: Path) -> list[GradeResult]:
 
 def is_pending(item: ItemResult) -> bool:
     """Whether ``item`` has no score yet (a written answer waiting for a person or the LLM)."""
-    return item.status == PENDING
+    return review_state(item).state == "waiting"
 
 
 def graded_points(result: GradeResult) -> float:
     """The points of the items that have a score: what a total says before review ends."""
-    return round(sum(i.score for i in result.items if not is_pending(i)), 4)
+    return round(sum(review_state(i).counted for i in result.items), 4)
 
 
 def write_gradebook(out_dir: Path, results: list[GradeResult]) -> Path:

@@ -40,8 +40,9 @@ from grader.load import Submission
 from grader.report.results import write_result
 from grader.report.terminal import RunProgress
 from grader.rubric import Question, Rubric
-from grader.score import GradeResult, ItemResult
+from grader.score import WAITING, GradeResult, ItemResult
 from grader.written import client as api
+from grader.written import evidence
 from grader.written.cache import DraftCache, cache_key
 from grader.written.injection import scan
 from grader.written.prompt import (AGREE, DISAGREE, GUARD_VERSION, PROMPT_VERSION, REPORTED, REPORTED_ABSENT, Draft,
@@ -98,6 +99,9 @@ def screen(rubric: Rubric, submission: Submission, exported: Mapping[str, Any]) 
                     more = f" (and {len(differ) - 3} more)" if len(differ) > 3 else ""
                     found.append("the student's reported run contradicts the grader's re-run where the two must "
                                  f"agree: {'; '.join(differ[:3])}{more}")
+                elif outcome and outcome != AGREE:   # the rubric says it must agree, yet it could not be compared
+                    found.append(f"the student's reported {name} could not be checked against the grader's re-run: "
+                                 f"{outcome}")
         if found:
             flags[question.id] = found
     return flags
@@ -191,6 +195,8 @@ class WrittenOutcome:
     pending: int = 0         # items left pending_review (flagged, failed, over budget)
     guard_cached: int = 0    # guard decisions from the cache (--llm-guard)
     guard_flagged: int = 0   # items the guard said address the grader
+    confirmations_sent: int = 0     # answer-free evidence confirmations asked (grader.written.evidence)
+    confirmations_cached: int = 0
     usage: api.Usage = field(default_factory=api.Usage)
     note: str = ""
 
@@ -242,15 +248,8 @@ def grade_written(out_dir: Path, results: list[GradeResult], assignment: Assignm
             else:
                 jobs[item.guard_key] = api.Job(item.guard_key, guard_params(rubric.llm, item.answer, item.grounding))
     budget = api.Budget(budget_usd)
-    to_send = list(jobs.values())
-    with RunProgress(progress, f"written answers ({mode})", len(to_send)) as bar:
-        def advance(done: int, total: int) -> None:
-            bar.advance(to=done)
-        if mode == "batch":
-            replies = api.send_batch(client, to_send, rubric.llm, outcome.usage, budget, out_dir, advance,
-                                     poll_s, wait_s)
-        else:
-            replies = api.send_live(client, to_send, rubric.llm, outcome.usage, budget, advance)
+    replies = _send(client, list(jobs.values()), f"written answers ({mode})", mode, rubric, outcome, budget, out_dir,
+                    progress, poll_s, wait_s)
     for key in jobs:
         reply = replies.get(key) or api.Reply(None, "no reply")
         if key in graded_by:
@@ -263,11 +262,13 @@ def grade_written(out_dir: Path, results: list[GradeResult], assignment: Assignm
             screenings[key] = screening
             if isinstance(screening, Screening):
                 cache.put(key, screening.to_json())
+    confirmed = _confirm(client, items, drafts, screenings if guard else None, mode, rubric, outcome, budget, cache,
+                         out_dir, progress, poll_s, wait_s)
     changed = {}
     for item in items:
         screening = screenings.get(item.guard_key, "not sent") if guard else None
         outcome.guard_flagged += isinstance(screening, Screening) and screening.addresses_grader
-        new = _item_result(item, drafts.get(item.key, "not graded"), screening, rubric)
+        new = _item_result(item, drafts.get(item.key, "not graded"), screening, confirmed, rubric)
         outcome.graded += new.status != "pending_review"
         outcome.pending += new.status == "pending_review"
         item.result.items = [new if i.name == new.name else i for i in item.result.items]
@@ -275,20 +276,71 @@ def grade_written(out_dir: Path, results: list[GradeResult], assignment: Assignm
     for result in changed.values():
         write_result(out_dir, result)
     guard_sent = len(jobs) - len(graded_by)
+    usage_extra = {"confirmations": {"sent": outcome.confirmations_sent, "cached": outcome.confirmations_cached}}
     guard_usage = {"guard": {"sent": guard_sent, "cached": outcome.guard_cached,
                              "flagged": outcome.guard_flagged}} if guard else {}
     (out_dir / USAGE_FILE).write_text(json.dumps({"mode": mode, "model": rubric.llm.model, **outcome.usage.to_json(),
                                                   "cached_drafts": outcome.cached, "graded": outcome.graded,
-                                                  "pending": outcome.pending, **guard_usage}, indent=2))
+                                                  "pending": outcome.pending, **usage_extra, **guard_usage},
+                                                 indent=2))
     u = outcome.usage
     outcome.note = (f"written answers: {outcome.graded} graded ({outcome.cached} from the cache), "
-                    f"{outcome.pending} pending review; {u.requests} requests, {u.input_tokens} input "
+                    f"{outcome.pending} pending review; {outcome.confirmations_sent} evidence confirmations sent "
+                    f"({outcome.confirmations_cached} from the cache); {u.requests} requests, {u.input_tokens} input "
                     f"(+{u.cache_write_tokens} cache write, {u.cache_read_tokens} cache read) and "
                     f"{u.output_tokens} output tokens, about ${u.cost_usd:.4f} ({USAGE_FILE})")
     if guard:
         outcome.note += (f"; the guard: {guard_sent} sent, {outcome.guard_cached} from the cache, "
                          f"{outcome.guard_flagged} flagged")
     return outcome
+
+
+def _send(client: Any, jobs: list[api.Job], label: str, mode: str, rubric: Rubric, outcome: WrittenOutcome,
+          budget: api.Budget, out_dir: Path, progress: TextIO, poll_s: float, wait_s: float) -> dict[str, api.Reply]:
+    """``jobs`` sent live or as one Message Batch, with a progress bar, within ``budget``."""
+    with RunProgress(progress, label, len(jobs)) as bar:
+        def advance(done: int, total: int) -> None:
+            bar.advance(to=done)
+        if mode == "batch":
+            return api.send_batch(client, jobs, rubric.llm, outcome.usage, budget, out_dir, advance, poll_s, wait_s)
+        return api.send_live(client, jobs, rubric.llm, outcome.usage, budget, advance)
+
+
+def _confirm(client: Any, items: list[_Item], drafts: dict[str, Draft | str], screenings: dict[str, Screening | str] | None,
+             mode: str, rubric: Rubric, outcome: WrittenOutcome, budget: api.Budget, cache: DraftCache, out_dir: Path,
+             progress: TextIO, poll_s: float, wait_s: float) -> dict[str, bool | str]:
+    """The answer-free confirmation of every criterion whose evidence was found and screened
+    clean (``evidence.needs_confirmation``), by its key: from the cache, or asked (live, or as a
+    second Message Batch) within the same budget. Answers already flagged ask nothing: a TA
+    decides them whole."""
+    found: dict[str, bool | str] = {}
+    jobs: dict[str, api.Job] = {}
+    for item in items:
+        draft = drafts.get(item.key)
+        screening = screenings.get(item.guard_key) if screenings is not None else None
+        if not isinstance(draft, Draft) or item.flags or draft.injection_suspected or (
+                isinstance(screening, Screening) and screening.addresses_grader):
+            continue
+        for criterion, quotes in evidence.needs_confirmation(item.question, draft.criteria, item.answer).values():
+            key = evidence.confirm_key(rubric.llm, item.question, criterion, quotes)
+            if key in found or key in jobs:
+                continue
+            cached = cache.get(key)
+            if cached is not None and isinstance(cached.get("earns"), bool):
+                found[key] = cached["earns"]
+                outcome.confirmations_cached += 1
+            else:
+                jobs[key] = api.Job(key, evidence.confirm_params(rubric.llm, criterion, quotes))
+    outcome.confirmations_sent = len(jobs)
+    if jobs:
+        replies = _send(client, list(jobs.values()), f"evidence confirmations ({mode})", mode, rubric, outcome,
+                        budget, out_dir, progress, poll_s, wait_s)
+        for key in jobs:
+            reply = replies.get(key) or api.Reply(None, "no reply")
+            found[key] = evidence.read_confirmation(reply.content) if reply.content is not None else reply.problem
+            if isinstance(found[key], bool):
+                cache.put(key, {"earns": found[key]})
+    return found
 
 
 def _pending_items(out_dir: Path, results: list[GradeResult], rubric: Rubric,
@@ -322,10 +374,6 @@ def _pending_items(out_dir: Path, results: list[GradeResult], rubric: Rubric,
     return found
 
 
-_MODES = {True: "run in grading mode, G2C_GRADING=1", False: "run at the module's own sizes, without G2C_GRADING",
-          None: "its mode not recorded"}
-
-
 def _grounding(inputs: dict[str, Any], question: Question, rubric: Rubric) -> Grounding:
     """One question's grounding as ``inputs_artifact`` stored it, labeled with the rubric's budgets."""
     def texts(part: str) -> dict[str, str]:
@@ -338,12 +386,15 @@ def _grounding(inputs: dict[str, Any], question: Question, rubric: Rubric) -> Gr
     rerun = texts("grounding")
     return Grounding(rerun=rerun, reported=texts("reported") if state == REPORTED else {},
                      budgets={name: rubric.rerun[name].budget for name in rerun if name in rubric.rerun},
-                     report=state, mode=_MODES[mode if isinstance(mode := report.get("grading_mode"), bool) else None],
+                     report=state,
                      agreement=texts("agreement"))
 
 
-def _item_result(item: _Item, draft: Draft | str, screening: Screening | str | None, rubric: Rubric) -> ItemResult:
-    """The item after its draft and, with the guard, its screening (None: no guard asked)."""
+def _item_result(item: _Item, draft: Draft | str, screening: Screening | str | None, confirmed: dict[str, bool | str],
+                 rubric: Rubric) -> ItemResult:
+    """The item after its draft, the evidence checks of each criterion (``confirmed``: the
+    answer-free confirmations by key) and, with the guard, its screening (None: no guard asked).
+    A criterion's points count only when its evidence holds; what does not waits for a TA."""
     old = next(i for i in item.result.items if i.name == item.question.item_name)
     flags = list(item.flags)
     if isinstance(draft, Draft) and draft.injection_suspected:
@@ -352,30 +403,42 @@ def _item_result(item: _Item, draft: Draft | str, screening: Screening | str | N
         flags.append("the guard request says it addresses the grader"
                      + (f": {json.dumps(screening.evidence, ensure_ascii=False)}" if screening.evidence else ""))
     if isinstance(draft, str):
-        return replace(old, score=0.0, status="pending_review", details={"flags": flags} if flags else None,
-                       output=f"LLM grading did not finish: {draft}. Awaiting review of the written answer."
-                       + (f"\nFLAGGED for review ({'; '.join(flags)})." if flags else ""))
+        return replace(old, score=0.0, status="pending_review",
+                       details={"flags": flags, "waiting": [f"LLM grading did not finish: {draft}"]},
+                       output=f"LLM grading did not finish: {draft}. {WAITING}")
+    decisions = (evidence.decide(rubric.llm, item.question, draft.criteria, item.answer, confirmed) if not flags
+                 else {c.id: evidence.CriterionDecision(0.0, "the answer is flagged") for c in item.question.criteria})
+    awarded = round(sum(d.awarded for d in decisions.values()), 4)
     lines = [f"LLM draft ({rubric.llm.model}, confidence {draft.confidence:.2f}): "
-             f"{draft.total:g} / {item.question.points:g}"]
+             f"{draft.total:g} / {item.question.points:g} suggested, {awarded:g} awarded on confirmed evidence"]
     criteria = []
     for criterion in item.question.criteria:
-        points, rationale = draft.criteria[criterion.id]
-        lines.append(f"- {criterion.id}: {points:g} / {criterion.points:g}: {rationale}")
-        criteria.append({"id": criterion.id, "points": points, "max_points": criterion.points,
-                         "rationale": rationale})
+        points, rationale, quotes = draft.criteria[criterion.id]
+        decision = decisions[criterion.id]
+        shown = "; ".join(f"\u201c{q}\u201d" for q in quotes)
+        lines.append(f"- {criterion.id}: {decision.awarded:g} / {criterion.points:g}: {rationale}"
+                     + (f" Evidence: {shown}" if quotes else "")
+                     + (f" ({points:g} suggested, waiting for a TA)" if decision.waits and not flags else ""))
+        criteria.append({"id": criterion.id, "points": decision.awarded, "suggested": points,
+                         "max_points": criterion.points, "rationale": rationale, "evidence": list(quotes),
+                         **({"waits": decision.waits} if decision.waits and not flags else {})})
     lines.append(f"Feedback: {draft.feedback}")
     details = {"model": rubric.llm.model, "confidence": draft.confidence,
                "draft_score": draft.total, "criteria": criteria, "feedback": draft.feedback,
                "flags": flags, "needs_review": draft.needs_review}
-    accept = (f"in overrides.yaml, `{item.result.submission_id}: {{{old.name}: {draft.total:g}}}` accepts the "
-              "suggested score.")
+    # Why it waits is the TA's (details: flags, waiting, each criterion's reason); the student is told it waits.
     if flags:
-        lines.append(f"FLAGGED for review ({'; '.join(flags)}). It gains no points until a TA confirms: {accept}")
+        lines.append(WAITING)
         return replace(old, score=0.0, status="pending_review", output="\n".join(lines), details=details)
     if isinstance(screening, str):
-        lines.append(f"The guard request did not finish: {screening}. It gains no points until a TA confirms: {accept}")
-        return replace(old, score=0.0, status="pending_review", output="\n".join(lines), details=details)
+        lines.append(WAITING)
+        return replace(old, score=0.0, status="pending_review", output="\n".join(lines),
+                       details={**details, "waiting": [f"the guard request did not finish: {screening}"]})
+    waiting = [c["id"] for c in criteria if "waits" in c]
+    if waiting:
+        lines.append(f"Criteria {', '.join(waiting)} wait for a TA: their points count once a person decides.")
+        return replace(old, score=awarded, status="pending_review", output="\n".join(lines), details=details)
     if draft.needs_review:
         lines.append("The model asks for a person to review this grade.")
-    status = "passed" if draft.total >= item.question.points else "failed"
-    return replace(old, score=draft.total, status=status, output="\n".join(lines), details=details)
+    status = "passed" if awarded >= item.question.points else "failed"
+    return replace(old, score=awarded, status=status, output="\n".join(lines), details=details)

@@ -25,6 +25,8 @@ import unicodedata
 from collections.abc import Iterator, Mapping
 from importlib import resources
 
+from spellchecker import SpellChecker
+
 from grader.written.prompt import ABSENT, MAX_ANSWER_CHARS, MAX_GROUNDING_CHARS
 
 INVISIBLE = "contains invisible or direction-changing characters"
@@ -193,9 +195,11 @@ _RULES: list[tuple[str, list[str]]] = [
     ]),
     ("addresses the grader", [
         # English
-        rf"\b(dear|hi|hello|hey|greetings|attention|(a\s+)?(note|message|memo|instructions?)\s+(to|for)|to)\s+"
+        rf"\b(dear|hi|hello|hey|greetings|attention\s*[:,!]|(a\s+)?(note|message|memo|instructions?)\s+(to|for)|to)\s*"
         rf"(the\s+|my\s+|our\s+)?{_GRADER_EN}\b",
-        rf"\b(dear|hi|hello|hey|greetings|attention|(a\s+)?(note|message|memo)\s+(to|for))\s+(the\s+)?{_AI_EN}\b",
+        # "Attention" greets only with its punctuation: "the attention model" is the course's subject
+        rf"\b(dear|hi|hello|hey|greetings|attention\s*[:,!]|(a\s+)?(note|message|memo)\s+(to|for))\s*(the\s+)?"
+        rf"{_AI_EN}\b",
         r"\b(if\s+you\s+are|you\s+are|you're)\s+(now\s+)?(an?|the)\s+(ai|llm|(large\s+)?language\s+model|ai\s+model|"
         r"ai\s+assistant|grader|marker|examiner|grading\s+\w+|automated\s+grader|autograder|teaching\s+assistant)\b",
         r"\bas\s+an?\s+(ai|llm)\b",
@@ -279,9 +283,14 @@ _RULES: list[tuple[str, list[str]]] = [
         r"|^[\s=#*\[-]*(fin|inicio)\s+de\s+los\s+datos[\s=#*\]-]*$",
         r"(学生数据|学生答案|学生回答)(结束|开始|到此结束)|(结束|开始)(学生数据|学生答案)|数据结束",
     ]),
+    ("imitates the grader's own labels", [
+        r"\babout\s+the\s+values\s*:|\bchecked\s+by\s+the\s+grader\b|\bthe\s+runs\s+were\s+not\s+compared\b",
+        r"\bvalue\s+of\s+\w+\s+in\s+the\s+(grader's\s+run|student's\s+own\s+run)\b|\(the\s+student's\s+run\)",
+        r"\bstudent\s+data\b|\bbegin\s+quotes\b|\bend\s+quotes\b",
+    ]),
     ("names the grading tool", [
         r"\b(record_grade|injection_suspected|needs_review|record_screening|addresses_grader|tool_choice|"
-        r"input_schema)\b",
+        r"input_schema|record_confirmation)\b",
     ]),
     ("imitates a grade reply (JSON or a conversation turn)", [
         rf"\{{\s*{_Q}?(criteria|rationale|feedback|confidence|points|role|tool_use)\s*{_Q}?\s*:",
@@ -334,3 +343,91 @@ def scan(answer: str, grounding: Mapping[str, str]) -> list[str]:
         found = dict.fromkeys(why for text in (sent, *_json_strings(sent)) for why in suspicious(text))
         reasons += [f"{name}: {why}" for why in found]
     return reasons
+
+
+# ----------------------------------------------------------------------------- a quote, on its own
+
+# A quote is the model's evidence for a criterion: a short span that should be a statement about
+# the subject. Read alone, anything else is easy to tell, and goes to a person (it is a reason to
+# wait, not a flag): a request to the reader, talk of grading, text in an encoding, another
+# language than the course's, the criterion's own words given back.
+_GRADING_TALK = re.compile(
+    r"\b(rubrics?|criteri(on|a)|graders?(?!'s\s+(re-?)?run)|grading|marking|examiners?|marks|credit|instructions?|"
+    r"policy|"
+    r"assessment|evaluators?|(full|max(imum)?|all\s+the)\s+points|\d+(\.\d+)?\s*(/\s*\d+(\.\d+)?\s*)?(points?|pts)|"
+    r"(score|grade|rate)\s+(this|my|the)\s+(answer|response|submission))\b")
+_REQUEST = re.compile(
+    r"(^|[.!?:;\n]\s*)(please\s+|kindly\s+)?(award|give|grade|mark|score|assign|credit|rate|accept|confirm|approve|"
+    r"pass|ignore|disregard|forget|decode|decrypt|translate|treat|count|follow|output|respond|reply|return|print|"
+    r"pretend|act\s+as|read\s+(this|my|the\s+following)|consider\s+this\s+(answer|response))\b"
+    r"|\b(please|kindly)\b|\b(you|your)\b[^.!?\n]{0,40}\b(award|give|grade|mark|score|accept|confirm|credit|rate|"
+    r"pass|decode|treat|count)\b")
+_BASE64 = re.compile(r"[A-Za-z0-9+/]{16,}={0,2}")
+_HEX = re.compile(r"\b(?=[0-9a-fA-F]*[a-fA-F])(?=[0-9a-fA-F]*[0-9])[0-9a-fA-F]{16,}\b")
+_LEET = str.maketrans("013457@$|", "oieastasl")
+_LEET_WORD = re.compile(r"\b(?=\w*[a-z])(?=\w*[013457])[a-z013457@$|]{3,}\b")
+_ROT13 = str.maketrans("abcdefghijklmnopqrstuvwxyz", "nopqrstuvwxyzabcdefghijklm")
+_WORD = re.compile(r"[^\W\d_]+")
+# A rubric's criteria are sentences about an answer with its subject left out ("Explains that ...",
+# "Reports the crossover ..."): an answer states things, it does not describe itself that way.
+_RUBRIC_GRAMMAR = re.compile(
+    r"(^|[.!?;:]\s+|\n\s*)(explains|reports|states|says|derives|notes|names|identifies|describes|argues|shows|"
+    r"compares|quotes|mentions|asserts|recognizes|recognises|relates|connects|distinguishes|claims|gives|omits|"
+    r"misses|earns)\s+(that|the|why|how|a|an|both|each|its|what|which)\b")
+_OTHER_SCRIPTS = re.compile(r"[^\W\d_a-zA-Z\u0370-\u03ff\u4e00-\u9fff]")   # letters neither Latin, Greek nor Han
+
+
+@functools.cache
+def _english() -> SpellChecker:
+    """The pinned ``pyspellchecker`` package's English word list: most prose words of an English
+    quote are in it, technical terms aside; few of another language's are."""
+    return SpellChecker(language="en", distance=1)
+
+
+def _encoded(token: str) -> bool:
+    """A long run of base64's alphabet that is no word or identifier: digits or symbols in it, or
+    capitals that no naming convention puts there (a camel-case name has a few)."""
+    letters = [ch for ch in token if ch.isalpha()]
+    capitals = sum(ch.isupper() for ch in letters)
+    return bool(re.search(r"[0-9+/=]", token)) and len(letters) > len(token) // 2 or (
+        letters and 0.3 <= capitals / len(letters) <= 0.8)
+
+
+# A quote about the answer itself (this answer, my other answer) says nothing about the subject.
+_SELF_REFERENCE = re.compile(r"\b(this|my|the\s+other|the\s+previous|the\s+next|the\s+first|my\s+(first|other|"
+                             r"previous|next))\s+(answer|response|submission)s?\b"
+                             r"|\b(see|refer\s+to|check|read)\s+(the|my)\s+(notes?|comments?|values?|results?|report|"
+                             r"output|other|previous|first|next)\b")
+
+
+def quote_problems(quote: str) -> list[str]:
+    """Why a quote given as evidence is not a plain statement about the subject (empty: it is)."""
+    folded, hiding = readable(quote)
+    folded = folded.casefold()
+    problems = list(hiding) + [why for pattern, why in _PATTERNS if pattern.search(folded)]
+    deleeted = _LEET_WORD.sub(lambda m: m.group(0).translate(_LEET), folded)
+    readings = [(folded, ""), (folded.translate(_ROT13), " (read in rot13)")]
+    if deleeted != folded:
+        readings.insert(1, (deleeted, " (read as leetspeak)"))
+    for text, how in readings:
+        if _GRADING_TALK.search(text):
+            problems.append(f"talks about grading{how}")
+        if _REQUEST.search(text):
+            problems.append(f"asks the reader to do something{how}")
+        if how and any(pattern.search(text) for pattern, _ in _PATTERNS):
+            problems.append(f"addresses the grader{how}")
+    if any(_encoded(token) for token in _BASE64.findall(quote)) or _HEX.search(quote):
+        problems.append("holds encoded text")
+    # prose words only: identifiers and code (a dot, an underscore or a digit inside) say nothing of the language
+    words = [w.strip(".,;:!?()[]'\"") for w in folded.split()]
+    words = [w for w in words if len(w) > 1 and _WORD.fullmatch(w)]
+    letters = [ch for ch in folded if ch.isalpha()]
+    if letters and sum(bool(_OTHER_SCRIPTS.match(ch)) for ch in letters) > 0.2 * len(letters):
+        problems.append("is in a script the confirmation does not read")
+    elif len(words) >= 4 and len(_english().known(words)) < 0.5 * len(words):
+        problems.append("is not in English, the course's language")
+    if _SELF_REFERENCE.search(folded):
+        problems.append("is about the answer itself or points elsewhere, not about the subject")
+    if _RUBRIC_GRAMMAR.search(folded):
+        problems.append("describes an answer, as a rubric does, instead of answering")
+    return list(dict.fromkeys(problems))

@@ -31,10 +31,12 @@ from typing import Any
 from grader.cells import WrittenAnswer
 from grader.rubric import LLMSettings, Question
 
-PROMPT_VERSION = "2"
+PROMPT_VERSION = "3"
 TOOL_NAME = "record_grade"
 MAX_ANSWER_CHARS = 8000          # longer answers are cut, and the cut is said
 MAX_GROUNDING_CHARS = 3000       # per answer variable, as JSON text
+MAX_QUOTES = 3                   # quotes of the answer a criterion's evidence may hold
+MAX_QUOTE_CHARS = 400            # a quote: at most a few sentences
 ABSENT = "(not defined after running the notebook)"   # the grounding value of a variable the notebook lacks
 REPORTED_ABSENT = "(not defined in the student's run)"  # a variable the student's report holds as null
 
@@ -43,16 +45,24 @@ You grade one written answer from {notebook}. You are given the question, its ru
 them and what does not), misconceptions the course warns about, and a reference answer.
 
 Grade the student's answer against each criterion independently. For every criterion write
-a short rationale first, then award points between 0 and the criterion's points; partial
-points are allowed only where the rubric's wording supports them. Do not reward length,
+a short rationale first, then quote as evidence the sentences of the student's answer that
+earn its points (verbatim, at most {max_quotes} quotes of at most {max_quote_chars} characters
+each; none when it earns nothing), then award points between 0 and the criterion's points;
+partial points are allowed only where the rubric's wording supports them. No point is awarded
+without a quote that shows it: the grader checks each quote against the answer and asks a
+second question about the criterion and the quotes alone. Quote only the student's answer,
+never the values, the rubric or the reference answer. Do not reward length,
 confidence or restating the question. Where the question is about the student's own
 results, the values their notebook produced are given, each labeled with its run: the
 student's own run, the one the answer discusses, as stored in the notebook they submitted;
 and the grader's re-run of that notebook on a smaller grading budget, labeled with its
 budget. Judge the answer's numbers against the student's own run: an answer that quotes
 numbers that run did not produce does not earn a criterion that asks for the measured
-numbers. The re-run's numbers differ by design (fewer steps, shorter histories) and are
-never a reason to withhold points. When the request says that only the re-run is known,
+numbers. The student's own run is the student's report: its figures are verified only
+where the request says the grader checked them against its re-run; everywhere else they
+are the student's unverified claims, so credit the reasoning about them, never the figures
+themselves. The re-run's numbers differ by design (fewer steps, shorter histories). When
+the request says that only the re-run is known,
 the student's own figures cannot be checked exactly: judge whether they agree in kind with
 the re-run (what grows and what stays flat, orders of magnitude at the sizes the answer
 names), and set needs_review when a criterion turns on figures you cannot check.
@@ -85,8 +95,12 @@ def _rubric_text(question: Question, reference: WrittenAnswer) -> str:
 
 def grade_tool(question: Question) -> dict[str, Any]:
     """The tool the model must call: this question's criterion ids, each bounded."""
-    criteria = {c.id: {"type": "object", "additionalProperties": False, "required": ["rationale", "points"],
+    criteria = {c.id: {"type": "object", "additionalProperties": False,
+                       "required": ["rationale", "evidence", "points"],
                        "properties": {"rationale": {"type": "string", "description": "why, before the points"},
+                                      "evidence": {"type": "array", "maxItems": MAX_QUOTES,
+                                                   "description": "verbatim quotes of the answer that earn the points",
+                                                   "items": {"type": "string", "maxLength": MAX_QUOTE_CHARS}},
                                       "points": {"type": "number", "minimum": 0, "maximum": c.points}}}
                 for c in question.criteria}
     return {"name": TOOL_NAME, "description": "Record the grade of the student's answer.",
@@ -118,15 +132,15 @@ class Grounding:
     ``rerun``: the grader's run (JSON text; ABSENT when it left a variable undefined), labeled
     with ``budgets`` (the rubric's). ``reported``: the student's own run, from the notebook's
     report cell (JSON text). ``report``: REPORTED when the notebook carries its report, else
-    why it does not, and empty when the assignment has no report cell. ``mode``: how the
-    student's run ran, in the grader's words. ``agreement``: per variable, AGREE, DISAGREE or
-    why the runs were not compared. Everything but ``rerun`` and ``reported`` is the grader's."""
+    why it does not, and empty when the assignment has no report cell. ``agreement``: per
+    variable the rubric can check, AGREE, DISAGREE or why the runs were not compared. Everything
+    but ``rerun`` and ``reported`` is the grader's; nothing the report says about itself (its
+    ``grading_mode``, say) is repeated in the grader's words."""
 
     rerun: dict[str, str] = field(default_factory=dict)
     reported: dict[str, str] = field(default_factory=dict)
     budgets: dict[str, str] = field(default_factory=dict)
     report: str = ""
-    mode: str = ""
     agreement: dict[str, str] = field(default_factory=dict)
 
     def sent(self) -> dict[str, str]:
@@ -149,8 +163,10 @@ def student_data(answer: str, grounding: Grounding | Mapping[str, str]) -> str:
     body = []
     for name in dict.fromkeys([*grounding.reported, *grounding.rerun]):
         if name in grounding.reported:
-            body.append(f"Value of {name} in the student's own run, the one the answer discusses ({grounding.mode}), "
-                        f"as stored in the submitted notebook (JSON):\n"
+            checked = ("checked by the grader against its re-run" if grounding.agreement.get(name) == AGREE
+                       else "the student's unverified report")
+            body.append(f"Value of {name} in the student's own run, the one the answer discusses, as stored in the "
+                        f"submitted notebook ({checked}) (JSON):\n"
                         f"{_capped(grounding.reported[name], MAX_GROUNDING_CHARS)}")
         if name in grounding.rerun:
             budget = grounding.budgets.get(name)
@@ -176,12 +192,16 @@ def about_the_runs(grounding: Grounding) -> str:
                 "cannot be checked exactly (see the instructions).")
     lines = ["ABOUT THE VALUES: judge the answer's numbers against the student's own run; the grader's "
              "re-run checks the code and differs by its budget."]
-    for name, outcome in grounding.agreement.items():
+    for name in grounding.reported:
+        outcome = grounding.agreement.get(name)
         lines.append(f"- {name}: " + ("the two runs agree wherever they must (checked by the grader)."
                                       if outcome == AGREE else
                                       "the two runs contradict each other where they must agree; a person "
                                       "will review this answer." if outcome == DISAGREE else
-                                      f"the runs were not compared ({outcome})."))
+                                      f"the student's report could not be checked ({outcome}); a person will "
+                                      "review this answer. Credit the reasoning, not these figures." if outcome else
+                                      "the grader has no way to check the student's report against its re-run: "
+                                      "these figures are unverified. Credit the reasoning, not the figures."))
     return "\n".join(lines)
 
 
@@ -192,7 +212,8 @@ def request_params(settings: LLMSettings, question: Question, reference: Written
     return {
         "model": settings.model,
         "max_tokens": settings.max_tokens,
-        "system": [{"type": "text", "text": INSTRUCTIONS.format(notebook=settings.notebook)},
+        "system": [{"type": "text", "text": INSTRUCTIONS.format(notebook=settings.notebook, max_quotes=MAX_QUOTES,
+                                                                max_quote_chars=MAX_QUOTE_CHARS)},
                    {"type": "text", "text": _rubric_text(question, reference),
                     "cache_control": {"type": "ephemeral"}}],
         "messages": [{"role": "user", "content": student_data(answer, grounding)
@@ -242,9 +263,11 @@ def guard_params(settings: LLMSettings, answer: str, grounding: Grounding | Mapp
 
 @dataclass(frozen=True)
 class Draft:
-    """A validated grade: points and rationale per criterion, and the model's flags."""
+    """A validated grade: points, rationale and evidence (quotes of the answer) per criterion,
+    and the model's flags. Its points are suggestions: ``grader.written.evidence`` decides which
+    are awarded."""
 
-    criteria: dict[str, tuple[float, str]]
+    criteria: dict[str, tuple[float, str, tuple[str, ...]]]
     feedback: str
     confidence: float
     needs_review: bool
@@ -252,16 +275,18 @@ class Draft:
 
     @property
     def total(self) -> float:
-        return round(sum(points for points, _ in self.criteria.values()), 4)
+        return round(sum(points for points, _, _ in self.criteria.values()), 4)
 
     def to_json(self) -> dict[str, Any]:
-        return {"criteria": {k: list(v) for k, v in self.criteria.items()}, "feedback": self.feedback,
+        return {"criteria": {k: [points, rationale, list(evidence)] for k, (points, rationale, evidence)
+                             in self.criteria.items()}, "feedback": self.feedback,
                 "confidence": self.confidence, "needs_review": self.needs_review,
                 "injection_suspected": self.injection_suspected}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Draft":
-        return cls({k: (float(v[0]), str(v[1])) for k, v in data["criteria"].items()}, data["feedback"],
+        return cls({k: (float(v[0]), str(v[1]), tuple(str(q) for q in v[2])) for k, v in data["criteria"].items()},
+                   data["feedback"],
                    float(data["confidence"]), bool(data["needs_review"]), bool(data["injection_suspected"]))
 
 
@@ -317,7 +342,12 @@ def read_draft(content: list[Any], question: Question) -> Draft | str:
             return f"criterion {cid}: points {points!r} outside [0, {criterion.points:g}]"
         if not isinstance(rationale, str) or not rationale.strip():
             return f"criterion {cid}: no rationale"
-        criteria[cid] = (float(points), rationale.strip())
+        evidence = entry.get("evidence", [])
+        if not isinstance(evidence, list) or not all(isinstance(q, str) for q in evidence):
+            return f"criterion {cid}: its evidence is not a list of quotes"
+        # Past the bounds the quotes are kept as given (cut for the page): the evidence check says why they fail.
+        quotes = tuple(q.strip()[:2 * MAX_QUOTE_CHARS] for q in evidence[:2 * MAX_QUOTES] if q.strip())
+        criteria[cid] = (float(points), rationale.strip(), quotes)
     feedback, confidence = data.get("feedback"), data.get("confidence")
     flags = (data.get("needs_review"), data.get("injection_suspected"))
     if not isinstance(feedback, str) or not _number(confidence) or not 0 <= confidence <= 1:
