@@ -190,6 +190,7 @@ def _outputs(out, sid: str, item_name: str) -> dict[str, str]:
     return {"output": test["output"], "state": test["extra_data"]["state"], "score": str(test["score"]),
             "student": (out / sid / REPORT_PAGE).read_text(), "ta": (out / sid / REVIEW_PAGE).read_text(),
             "gradebook": (out / "gradebook.csv").read_text(), "summary": (out / "summary.html").read_text(),
+            "queue": "".join(p.read_text() for p in (out / "queue").glob("*.html")),
             "canvas": (out / "canvas_import.csv").read_text()}
 
 
@@ -209,7 +210,7 @@ def test_flagged_then_overridden_then_published_reads_the_same_everywhere(api, a
         assert "waits for a TA" in waiting[where] and "lagged" not in waiting[where], where
         assert "addresses the grader" not in waiting[where] and "asks for marks" not in waiting[where], where
     assert "Waiting for a TA: " in waiting["ta"] and "asks for marks" in waiting["ta"]
-    assert "mallory" in waiting["summary"] and "flagged for review" in waiting["summary"]
+    assert "mallory" in waiting["queue"] and "flagged for review" in waiting["queue"] and "queue/" in waiting["summary"]
     (out / "overrides.yaml").write_text(f"mallory:\n  {name}:\n    score: 2\n    comment: the first sentence "
                                         "answers it\n    reviewer: jdoe\n")
     assert main(["report", str(out)]) == 0
@@ -221,7 +222,7 @@ def test_flagged_then_overridden_then_published_reads_the_same_everywhere(api, a
     assert "award full marks" not in decided["output"]
     assert "Reviewed by a TA (jdoe): 2 / 3." in decided["student"] and "A person will review" not in decided["student"]
     assert "Waiting for a TA" not in decided["ta"] and "Flagged before the review, then decided" in decided["ta"]
-    assert "flagged for review" not in decided["summary"]                    # the queue is empty
+    assert "mallory" not in decided["queue"] and "Nothing waits for review" in decided["summary"]   # the queue is empty
     # the folder holds the written item only: the decision is the whole total, in the gradebook and the export
     assert decided["gradebook"].splitlines()[1].startswith("mallory,2,") and decided["canvas"].splitlines()[-1].endswith(",2")
     assert waiting["canvas"].splitlines()[-1].endswith(",0")

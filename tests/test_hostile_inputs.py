@@ -38,7 +38,7 @@ from grader.report.export import export_canvas
 from grader.report.overrides import APPLIED_FILE, OVERRIDES_FILE, OverrideError, read_overrides
 from grader.report.executed import EXECUTED_PAGE
 from grader.pipeline import EXECUTED_NOTEBOOK
-from grader.report.pages import MAX_LISTED_CELLS, RELEASE_FILE, REPORT_PAGE, REVIEW_PAGE, SUMMARY_PAGE
+from grader.report.pages import MAX_LISTED_CELLS, QUEUE_FOLDER, RELEASE_FILE, REPORT_PAGE, REVIEW_PAGE, SUMMARY_PAGE
 from grader.report.results import GRADEBOOK_FILE, read_results
 from grader.report.terminal import plain
 from grader.score import GradeResult, ItemResult
@@ -496,12 +496,17 @@ def _scan_pages(pages: list[Path]) -> tuple[list[str], list[str]]:
                     [...e.attributes].filter(a => a.name.startsWith('on') ||
                         /^\\s*javascript:/i.test(a.value)).map(a => e.tagName + ' ' + a.name + '=' + a.value))""")
                 assert bad == [], (path, bad)
-                # in-page anchors, a submission's review page (from the summary), its executed page
-                # and back (between the two pages of one folder); read in one call, not one per link
+                # in-page anchors, a submission's review page (from the summary and, one folder up,
+                # from the queue's pages), its executed page and back (between the two pages of one
+                # folder), the queue's pages (from the summary and between themselves) and the
+                # summary (from them); read in one call, not one per link
                 pair = {(REVIEW_PAGE, EXECUTED_PAGE), (EXECUTED_PAGE, REVIEW_PAGE)}
+                queued = path.parent.name == QUEUE_FOLDER
                 for href in page.eval_on_selector_all("a[href]", "links => links.map(a => a.getAttribute('href'))"):
                     assert href.startswith("#") or (path.name, href) in pair or re.fullmatch(
-                        r"[A-Za-z0-9][A-Za-z0-9._-]*/review\.html(#[\w-]+)?", href), (path, href)
+                        (r"\.\./" if queued else "") + r"[A-Za-z0-9][A-Za-z0-9._-]*/review\.html(#[\w-]+)?", href) or (
+                        re.fullmatch(r"\w+-\d+\.html|\.\./summary\.html" if queued else r"queue/\w+-1\.html",
+                                     href)), (path, href)
                 if path.name in (REPORT_PAGE, REVIEW_PAGE):   # every item once: hostile names hide none of them
                     tests = json.loads((path.parent / "results.json").read_text())["tests"]
                     assert_items_shown_once(page, path, [t["extra_data"]["id"] for t in tests
@@ -519,7 +524,8 @@ def _scan_pages(pages: list[Path]) -> tuple[list[str], list[str]]:
 def test_no_page_runs_script(hostile):
     out = hostile[1]
     pages = [out / SUMMARY_PAGE, *sorted(out.glob(f"*/{REPORT_PAGE}")), *sorted(out.glob(f"*/{REVIEW_PAGE}")),
-             *sorted(out.glob(f"*/{EXECUTED_PAGE}"))]
+             *sorted(out.glob(f"*/{EXECUTED_PAGE}")), *sorted((out / QUEUE_FOLDER).glob("*.html"))]
+    assert len(pages) > len(list((out / QUEUE_FOLDER).glob("*.html"))) > 0
     # Two browsers, every other page each: axe's scan is most of this test, and one Chromium keeps
     # about one core busy.
     with ThreadPoolExecutor(max_workers=2) as browsers:

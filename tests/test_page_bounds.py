@@ -16,7 +16,7 @@ import pytest
 from grader.cells import FIRST_LINE_CHARS
 from grader.pipeline import EXECUTED_NOTEBOOK
 from grader.report.executed import EXECUTED_PAGE, MAX_CELLS_BYTES, cut
-from grader.report.pages import (MAX_ANSWER_CHARS, MAX_EXCERPT_CHARS, MAX_LINE_CHARS, MAX_LISTED_CELLS,
+from grader.report.pages import (MAX_ANSWER_CHARS, MAX_EXCERPT_CHARS, MAX_LINE_CHARS, MAX_LISTED_CELLS, QUEUE_FOLDER,
                                  MAX_LISTED_STAGES, MAX_STREAM_CHARS, MAX_TEXT_CHARS, MAX_TRACEBACK_CHARS,
                                  REPORT_PAGE, REVIEW_PAGE, SUMMARY_PAGE, write_pages)
 from grader.report.results import RESULTS_FILE, read_results, write_result
@@ -139,12 +139,20 @@ def extreme(tmp_path_factory, assignment) -> tuple[Path, dict[str, int], float]:
     return out, found, seconds
 
 
+def queue_page_bound(page: str) -> int:
+    """pages.py's stated bound for a queue page, from the rows and members it lists."""
+    rows, members = page.count('<pre class="block">'), page.count("<li>")
+    return 20_000 + 5 * MAX_EXCERPT_CHARS * rows + (5 * MAX_LINE_CHARS + 2_000) * members
+
+
 def test_every_page_of_extreme_submissions_is_under_its_stated_bound(extreme, assignment):
     out, found, _ = extreme
     bounds = {REPORT_PAGE: submission_page_bound(assignment), REVIEW_PAGE: submission_page_bound(assignment),
-              EXECUTED_PAGE: EXECUTED_PAGE_BOUND, SUMMARY_PAGE: summary_bound(assignment, 5)}
+              EXECUTED_PAGE: EXECUTED_PAGE_BOUND, SUMMARY_PAGE: summary_bound(assignment, 5),
+              **{name: queue_page_bound((out / name).read_text()) for name in found if name.startswith("queue/")}}
     print("bounds: " + ", ".join(f"{name} {bound:,} B" for name, bound in bounds.items()))
-    over = {name: (size, bounds[Path(name).name]) for name, size in found.items() if size > bounds[Path(name).name]}
+    bound_of = {name: bounds.get(name, bounds.get(Path(name).name)) for name in found}
+    over = {name: (size, bound_of[name]) for name, size in found.items() if size > bound_of[name]}
     assert over == {}, f"pages over their bound (size, bound): {over}; all sizes: {found}"
     # every page was made, the executed page included
     assert {REPORT_PAGE, REVIEW_PAGE, EXECUTED_PAGE} <= {Path(n).name for n in found if n.startswith("raiser/")}
@@ -170,9 +178,10 @@ def test_the_cuts_are_said_on_the_pages(extreme, assignment):
     writer_review = (out / "writer0" / REVIEW_PAGE).read_text()
     assert str(markupsafe.escape(cut(answers[question.id], MAX_ANSWER_CHARS, WRITTEN_INPUTS))) in writer_review
     assert writer_review.count(CUT_SAID + WRITTEN_INPUTS) == len(assignment.rubric.questions) + 3  # answers, grounding
-    summary = (out / SUMMARY_PAGE).read_text()
-    assert str(markupsafe.escape(cut(answers[question.id], MAX_EXCERPT_CHARS, WRITTEN_INPUTS))) in summary
-    assert summary.count(CUT_SAID) >= 4 * len(assignment.rubric.questions)   # every writer's every answer
+    queue = (out / QUEUE_FOLDER / f"{question.item_name}-1.html").read_text()
+    assert str(markupsafe.escape(cut(answers[question.id], MAX_EXCERPT_CHARS, WRITTEN_INPUTS))) in queue
+    # the four writers' answers differ by a name only: one group, its first answer shown (cut)
+    assert queue.count(CUT_SAID + WRITTEN_INPUTS) == 1 and all(f"writer{n}/review.html" in queue for n in range(4))
 
 
 def test_the_result_files_keep_the_full_text(extreme, assignment):
@@ -207,7 +216,8 @@ def test_the_summary_grows_by_a_bounded_share_per_student(tmp_path, assignment):
 def test_an_honest_submissions_pages_cut_nothing(tmp_path, assignment):
     """Two raising cells and the reference answers; the course's reference notebook as an
     executed notebook: no cut, no cell left unlisted, the answers whole on the pages. The one
-    cut is by design: the summary's queue shows each answer's start."""
+    cut is by design: a queue page shows the start of each group's first answer (the two
+    students' identical answers are one group)."""
     reference = (ROOT / "examples" / "submissions" / "linear_attention" / "reference.ipynb").read_bytes()
     for result in (honest(assignment, "two_cells", two_raising_cells()), honest(assignment, "reference", reference)):
         write_result(tmp_path, result)
@@ -217,10 +227,11 @@ def test_an_honest_submissions_pages_cut_nothing(tmp_path, assignment):
     assert (tmp_path / "reference" / EXECUTED_PAGE).is_file()
     for name in found:
         page = (tmp_path / name).read_text()
-        if name == SUMMARY_PAGE:
-            excerpts = [cut(a.answer, MAX_EXCERPT_CHARS, WRITTEN_INPUTS) for a in assignment.reference_answers.values()]
-            assert page.count(CUT_SAID) == 2 * len(excerpts)   # both students' answers, pending review
-            assert all(str(markupsafe.escape(excerpt)) in page for excerpt in excerpts)
+        if name.startswith(f"{QUEUE_FOLDER}/"):
+            question = next(q for q in assignment.rubric.questions if name == f"{QUEUE_FOLDER}/{q.item_name}-1.html")
+            answer = assignment.reference_answers[question.id].answer
+            assert str(markupsafe.escape(cut(answer, MAX_EXCERPT_CHARS, WRITTEN_INPUTS))) in page
+            assert page.count(CUT_SAID) == (len(answer) > MAX_EXCERPT_CHARS) and page.count('<pre class="block">') == 1
             continue
         for notice in (CUT_SAID, 'id="unlisted-cells"', 'id="unlisted-stages"', 'id="cells-left-out"'):
             assert notice not in page, (name, notice)

@@ -20,8 +20,8 @@ from grader.cli import main
 from grader.graft import submission_module_source
 from grader.load import load_submission
 from grader.pipeline import EXECUTED_NOTEBOOK
-from grader.report.pages import (RELEASES, REPORT_PAGE, REVIEW_PAGE, SUMMARY_PAGE, cell_problems, release_state,
-                                 write_pages)
+from grader.report.pages import (QUEUE_FOLDER, RELEASES, REPORT_PAGE, REVIEW_PAGE, SUMMARY_PAGE, cell_problems,
+                                 release_state, write_pages)
 from grader.report.results import read_results, write_result
 from grader.score import GradeResult, score_items
 
@@ -69,7 +69,8 @@ def test_every_submission_gets_its_pages_and_the_batch_a_summary(out, batch):
     broken = (out / "broken_json" / REPORT_PAGE).read_text()
     assert "could not be graded" in broken
     # the review queue lists the execution failures of unreadable submissions
-    assert re.search(r'href="broken_json/review.html#item-[a-z_]+"', summary)
+    queue = "".join(p.read_text() for p in (out / QUEUE_FOLDER).glob("*.html"))
+    assert re.search(r'href="../broken_json/review.html#item-[a-z_]+"', queue) and 'href="queue/' in summary
 
 
 def test_an_override_changes_every_output_and_keeps_the_original(out):

@@ -20,8 +20,8 @@ from grader.pipeline import EXECUTED_NOTEBOOK, GRADER_ERRORS, SCAFFOLD_SOURCE
 from grader.report.changes import CHANGES_FILE, read_changes, record_changes
 from grader.report.export import ExportError, export_canvas
 from grader.report.integrity import code_tokens, similar_groups
-from grader.report.pages import (REPORT_PAGE, REVIEW_PAGE, SUMMARY_PAGE, common_failures, override_lines,
-                                 review_queue, write_pages)
+from grader.report.pages import (QUEUE_FOLDER, REPORT_PAGE, REVIEW_PAGE, SUMMARY_PAGE, common_failures,
+                                 override_lines, queue_page_name, review_queue, write_pages)
 from grader.report.results import GRADEBOOK_FILE, read_results, write_result
 from grader.report.terminal import RunProgress, print_scores
 from grader.score import WAITING, GradeResult, ItemResult
@@ -133,15 +133,17 @@ def test_review_page_and_queue_carry_the_override_lines_that_settle_them(folder,
     assert "Written: " in review and "overrides.yaml lines" in review   # TAs see every item
     queue = review_queue(folder, results)
     flagged = next(e for e in queue if e.submission_id == "carol" and "flagged" in e.reason)
-    assert f'<a href="carol/{REVIEW_PAGE}#item-{flagged.item}">carol</a>' in page(folder / SUMMARY_PAGE)
+    queue_page = page(folder / QUEUE_FOLDER / queue_page_name(flagged.item, 1))
+    assert f'<a href="../carol/{REVIEW_PAGE}#item-{flagged.item}">carol</a>' in queue_page
     assert yaml.safe_load(flagged.yaml) == {"carol": {flagged.item: {"score": 2.0, "comment": "", "reviewer": ""}}}
     pending = {(e.submission_id, e.item) for e in queue if e.reason.startswith("written answer awaiting")}
     assert ("bob", flagged.item) in pending and ("alice", flagged.item) not in pending
     assert any(e.submission_id == "carol" and e.item == "state_resume" and e.reason.startswith("internal grader error")
                for e in queue)
     summary = page(folder / SUMMARY_PAGE)
-    assert summary.count('<a href="carol/review.html#item-') >= 2 and "<svg" in summary
-    assert "SECRET_CHECK_LINE" not in summary
+    assert f'<a href="queue/{queue_page_name(flagged.item, 1)}">' in summary and "<svg" in summary
+    assert f'<a href="queue/{queue_page_name("state_resume", 1)}">' in summary
+    assert "SECRET_CHECK_LINE" not in summary + queue_page
 
     # Pasting the queue's lines into overrides.yaml confirms the score and empties that entry.
     (folder / "overrides.yaml").write_text(flagged.yaml.replace('reviewer: ""', "reviewer: jdoe"))

@@ -3,6 +3,7 @@ numbers them and the items they cost, written answers beside their question and 
 review queue grouped and ordered, and the release state kept by the output folder."""
 from __future__ import annotations
 
+import html
 import io
 import json
 import re
@@ -13,8 +14,8 @@ import yaml
 
 from grader.cli import main
 from grader.pipeline import EXECUTED_NOTEBOOK
-from grader.report.pages import (RELEASE_FILE, REPORT_PAGE, REVIEW_PAGE, SUMMARY_PAGE, queue_blocks, release_state,
-                                 review_queue, write_pages)
+from grader.report.pages import (QUEUE_FOLDER, RELEASE_FILE, REPORT_PAGE, REVIEW_PAGE, SUMMARY_PAGE, queue_page_name,
+                                 release_state, review_queue, write_pages)
 from grader.report.results import read_results, write_result
 from grader.written import WRITTEN_INPUTS
 
@@ -119,15 +120,14 @@ def test_the_queue_is_grouped_by_question_flagged_first_then_by_confidence_then_
     assert all(not e.written for e in queue[written_end + 1:]) and queue[-1].item == "causality"
     write_pages(tmp_path, read)
     summary = (tmp_path / SUMMARY_PAGE).read_text()
-    groups = re.findall(r'<section class="queue-group">\s*<h3>(.*?) <span', summary)
-    assert groups[0] == f"Written: {question.id}" and groups[-1] == next(
-        i.title for i in assignment.rubric.items if i.name == "causality")
-    assert "answer of unsure" in summary
-    # one block per submission, pasted whole, names every item of that submission in the queue
-    blocks = dict(queue_blocks(queue, read))
-    nodraft = yaml.safe_load(blocks["nodraft"])
-    assert set(nodraft["nodraft"]) == {e.item for e in queue if e.submission_id == "nodraft"} and len(nodraft["nodraft"]) > 1
-    assert len(re.findall(r'<pre class="queue-block">', summary)) == len(results)
+    # the class page lists the queue's pages, the question first, then the errored items
+    listed = re.findall(r'<tr><td><a href="queue/([^"]+)-1.html">(.*?)</a>', summary)
+    assert listed[0] == (question.item_name, f"Written: {question.id}") and listed[-1][0] == "causality"
+    page = (tmp_path / QUEUE_FOLDER / queue_page_name(question.item_name, 1)).read_text()
+    members = re.findall(r'<li><a href="../([^/]+)/review.html#item-', page)
+    assert members == ["flagged", "unsure", "sure", "nodraft"] and "answer of unsure" in page   # distinct: a row each
+    blocks = [yaml.safe_load(html.unescape(b)) for b in re.findall(r'<pre class="block">(.*?)</pre>', page, re.S)]
+    assert [list(b) for b in blocks] == [["flagged"], ["unsure"], ["sure"], ["nodraft"]]
 
 
 def test_the_release_state_is_the_folders_until_changed(folder):  # noqa: F811

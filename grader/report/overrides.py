@@ -24,6 +24,7 @@ import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
@@ -202,9 +203,12 @@ def apply_overrides(results: list[GradeResult], out_dir: Path) -> list[str]:
                        "review it again and update overrides.yaml")
             continue
         original = item.override or {"original_score": item.score, "original_state": item.status}
+        decision = {"score": override.score, "comment": override.comment, "reviewer": override.reviewer}
+        # when the decision was made: kept while the same decision is applied again
+        made = original.get("time") if all(original.get(k) == v for k, v in decision.items()) else None
         item.override = {"original_score": original["original_score"], "original_state": original["original_state"],
-                         "score": override.score, "comment": override.comment, "reviewer": override.reviewer,
-                         "notebook_sha256": result.submission_sha256}
+                         **decision, "notebook_sha256": result.submission_sha256,
+                         "time": made or datetime.now(timezone.utc).isoformat(timespec="seconds")}
         item.score = override.score
         item.status = "passed" if item.score == item.max_score else "failed"
         ledger.setdefault(override.submission_id, {})[override.item] = item.override

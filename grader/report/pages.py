@@ -31,11 +31,10 @@ C criteria each (the rubric's), report.html and review.html are at most 5 bytes 
 
 plus markup: 20 KB a page, 5 KB an item (its question and criteria included), 3 KB a listed
 cell (about 2.8 MB for the course's 27 items and 10 questions). summary.html is at most 100 KB
-(stylesheet, plots of N items, the 12 most common failures at MAX_MESSAGE_CHARS) plus, per
-student, 2 KB for its row and, for each of its at most N + Q queued items, 5 bytes times
-MAX_LINE_CHARS (the reason), 5 bytes times MAX_EXCERPT_CHARS more for a written answer (its
-start) and 1 KB of markup: about 150 KB a student for the course, under 200 KB. The TA's own text (overrides, reviewers, comments) and the regrade history
-are not the submission's and are shown whole.
+(stylesheet, plots of N items, the 12 most common failure causes at MAX_MESSAGE_CHARS, one row
+per queued item and question) plus 3 KB a student (its row); the queue itself is on its own
+pages (``queue_pages``), ROWS_PER_PAGE groups a page. The TA's own text (overrides, reviewers,
+comments) and the regrade history are not the submission's and are shown whole.
 """
 from __future__ import annotations
 
@@ -66,6 +65,7 @@ from grader.intake import SAFE_ID
 from grader.pipeline import EXECUTED_NOTEBOOK, GRADER_ERRORS, SCAFFOLD_SOURCE
 from grader.report.changes import CHANGES_FILE, read_changes
 from grader.report.executed import MADE_FROM, cut, page_made_from, write_executed_page
+from grader.report.grouping import group_answers
 from grader.report.integrity import similar_groups
 from grader.report.overrides import OVERRIDES_FILE
 from grader.report.results import RESULTS_FILE, is_pending
@@ -117,7 +117,10 @@ MAX_MESSAGE_CHARS = 200         # a common failure's message on the summary
 MAX_TEXT_CHARS = 4000           # an item's message, the notes, the model's feedback, an item's flags
 MAX_CAUSE_ITEMS = 6              # items named beside a failure cause on the class page (the rest counted)
 MAX_LINE_CHARS = 500            # a cell's error, a rationale, a queue reason, the name submitted as
-MAX_EXCERPT_CHARS = 400         # a written answer in the summary's queue
+MAX_EXCERPT_CHARS = 400         # a written answer on a queue page (a group's first answer)
+QUEUE_FOLDER = "queue"          # DIR/queue/<item>-<n>.html: the review queue, item by item
+ROWS_PER_PAGE = 25              # groups on one queue page
+CONFIDENCE_STEPS = (0.9, 0.8, 0.7)   # drafts at or above one of these are accepted with one block
 MAX_LISTED_CELLS = 20           # raising cells; the page says how many more raised
 MAX_LISTED_STAGES = 100         # timing rows (one per code cell that ran); the page says how many more
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -141,12 +144,13 @@ _templates = jinja2.Environment(loader=jinja2.PackageLoader("grader.report", "te
                                 trim_blocks=True, lstrip_blocks=True)
 
 
-def _review_anchor(submission_id: str, anchor: str = "") -> markupsafe.Markup:
-    """The id linking to its review page (escaped; plain text when it cannot be a safe link)."""
+def _review_anchor(submission_id: str, anchor: str = "", up: str = "") -> markupsafe.Markup:
+    """The id linking to its review page (escaped; plain text when it cannot be a safe link);
+    ``up`` is the way from the page's folder to the output folder (``../`` from the queue's)."""
     link = page_link(submission_id, REVIEW_PAGE, anchor)
     if not link:
         return markupsafe.escape(submission_id)
-    return markupsafe.Markup('<a href="{}">{}</a>').format(link, submission_id)
+    return markupsafe.Markup('<a href="{}">{}</a>').format(up + link, submission_id)
 
 
 _templates.globals["review_anchor"] = _review_anchor
@@ -245,7 +249,9 @@ def write_pages(out_dir: Path, results: list[GradeResult], release: str = "none"
     summary_inputs = _out_dir_inputs(out_dir) + b"".join(summarized[sid] for sid in sorted(summarized))
     made_from = f"{hashlib.sha256(summary_inputs).hexdigest()} {_page_code_digest()}"
     if page_made_from(summary) != made_from:   # its plots and the similarity search cost seconds
-        html = _templates.get_template("summary.html.j2").render(**summary_context(out_dir, results))
+        context = summary_context(out_dir, results)
+        _write_queue_pages(out_dir, context["queue_pages"])   # drawn from the same inputs as the summary
+        html = _templates.get_template("summary.html.j2").render(**context)
         summary.write_text(f"<!-- {MADE_FROM} {made_from} -->\n" + html)
     pages.append(summary)
     return pages
@@ -470,23 +476,93 @@ def review_queue(out_dir: Path, results: list[GradeResult]) -> list[QueueEntry]:
     return sorted(entries, key=rank)
 
 
-def queue_groups(queue: list[QueueEntry]) -> list[tuple[str, list[QueueEntry]]]:
-    """The queue as (question or item title, its entries), in the queue's order."""
-    groups: dict[str, list[QueueEntry]] = {}
-    for entry in queue:
-        groups.setdefault(entry.title, []).append(entry)
-    return list(groups.items())
+@dataclass(frozen=True)
+class QueueRow:
+    """Queued entries decided together: answers that say the same thing (``grouping``), or one
+    cause of an errored item; ``block`` holds the overrides.yaml lines of every member, each
+    under its own id, so that a later regrade that groups otherwise changes nothing decided,
+    and a member is split out by editing its lines."""
+
+    entries: tuple[QueueEntry, ...]
+    kind: str                       # grouping's level, or "same cause"
+    shown: str                      # the first member's answer (cut), or the cause
+    block: str
 
 
-def queue_blocks(queue: list[QueueEntry], results: list[GradeResult]) -> list[tuple[str, str]]:
-    """(submission id, its overrides.yaml block): every queued item of one submission under one
-    key, so that the block can be pasted whole."""
+@dataclass(frozen=True)
+class QueuePage:
+    """One page of one item's queue (``QUEUE_FOLDER/<item>-<number>.html``)."""
+
+    item: str
+    title: str
+    written: bool
+    number: int
+    pages: int
+    waiting: int                    # entries of the item, on all its pages
+    groups: int                     # rows of the item, on all its pages
+    rows: tuple[QueueRow, ...]
+    accept: tuple[tuple[float, int, str], ...]   # (confidence, drafts at or above it, their block): first page only
+
+    @property
+    def file_name(self) -> str:
+        return queue_page_name(self.item, self.number)
+
+
+def queue_page_name(item: str, number: int) -> str:
+    return f"{item}-{number}.html"
+
+
+def queue_pages(out_dir: Path, results: list[GradeResult], queue: list[QueueEntry]) -> list[QueuePage]:
+    """The queue as pages, item by item in the queue's order, ``ROWS_PER_PAGE`` rows a page. A
+    written question's answers are grouped by what they say (``grouping.group_answers``, on the
+    whole answers) and its first page offers, for each of ``CONFIDENCE_STEPS``, one block that
+    accepts every unflagged draft at or above that confidence; an errored item's entries are
+    grouped by their cause (numbers masked)."""
     items = {(r.submission_id, i.name): i for r in results for i in r.items}
-    named: dict[str, list[str]] = {}
-    for entry in sorted(queue, key=lambda e: e.submission_id):
-        named.setdefault(entry.submission_id, []).append(entry.item)
-    return [(sid, f"{json.dumps(sid)}:\n" + "\n".join(_override_item_lines(items[(sid, name)]) for name in names))
-            for sid, names in named.items()]
+    by_item: dict[str, list[QueueEntry]] = {}
+    for entry in queue:
+        by_item.setdefault(entry.item, []).append(entry)
+    pages = []
+    for name, entries in by_item.items():
+        first = entries[0]
+        by_id = {e.submission_id: e for e in entries}
+        if first.written:
+            texts = {e.submission_id: _answers(out_dir / e.submission_id).get(name, "")
+                     if SAFE_ID.fullmatch(e.submission_id) else "" for e in entries}
+            groups = [([by_id[sid] for sid in g.members], g.kind, texts[g.members[0]]) for g in group_answers(texts)]
+        else:
+            causes: dict[str, list[QueueEntry]] = {}
+            for entry in entries:
+                causes.setdefault(masked(entry.reason), []).append(entry)
+            groups = [(members, "same cause", cause) for cause, members in causes.items()]
+        rows = [QueueRow(tuple(members), kind, cut(shown, MAX_EXCERPT_CHARS, WRITTEN_INPUTS if first.written
+                                                   else RESULTS_FILE),
+                         "\n".join(override_lines(e.submission_id, items[(e.submission_id, name)]) for e in members))
+                for members, kind, shown in groups]
+        accept = tuple((step, len(chosen), "\n".join(override_lines(e.submission_id, items[(e.submission_id, name)])
+                                                     for e in chosen))
+                       for step in CONFIDENCE_STEPS
+                       for chosen in [[e for e in entries if e.confidence is not None and e.confidence >= step
+                                       and not e.flagged]] if chosen) if first.written else ()
+        count = max(1, -(-len(rows) // ROWS_PER_PAGE))
+        for number in range(1, count + 1):
+            pages.append(QueuePage(name, first.title, first.written, number, count, len(entries), len(rows),
+                                   tuple(rows[(number - 1) * ROWS_PER_PAGE:number * ROWS_PER_PAGE]),
+                                   accept if number == 1 else ()))
+    return pages
+
+
+def _write_queue_pages(out_dir: Path, pages: list[QueuePage]) -> None:
+    """The queue's pages, in a folder of their own that holds nothing else (old pages go)."""
+    folder = out_dir / QUEUE_FOLDER
+    if folder.is_dir() and not folder.is_symlink():
+        for old in folder.glob("*.html"):
+            old.unlink()
+    folder.mkdir(exist_ok=True)
+    template = _templates.get_template("queue.html.j2")
+    for page in pages:
+        (folder / page.file_name).write_text(template.render(
+            page=page, assignment_pages=pages, overrides_file=OVERRIDES_FILE, summary=f"../{SUMMARY_PAGE}"))
 
 
 def _needs_review(item: ItemResult, internal_error: bool) -> str:
@@ -564,8 +640,7 @@ def summary_context(out_dir: Path, results: list[GradeResult]) -> dict[str, Any]
         "mean": statistics.fmean(scores) if scores else 0, "median": statistics.median(scores) if scores else 0,
         "histogram_svg": _histogram(scores, max((r.max_score for r in ordered), default=1)),
         "pass_rate_svg": _pass_rates(pass_rates), "pass_rates": pass_rates,
-        "failures": common_failures(ordered), "queue": queue,
-        "queue_groups": queue_groups(queue), "queue_blocks": queue_blocks(queue, ordered),
+        "failures": common_failures(ordered), "queue_pages": queue_pages(out_dir, ordered, queue),
         "usage": usage, "times": times, "mean_time": statistics.fmean(times) if times else 0,
         "changes": read_changes(out_dir),
         "similar": similar_groups(out_dir, ordered, _template_scaffold(ordered[0].assignment) if ordered else None),
