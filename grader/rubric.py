@@ -6,6 +6,7 @@ submission's grading; the CLI may override limits.
 """
 from __future__ import annotations
 
+import difflib
 import hashlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -170,6 +171,113 @@ class Rubric:
         return replace(self, limits=_checked(replace(self.limits, **given), "the limits given"))
 
 
+@dataclass(frozen=True)
+class Field:
+    """One key of the rubric's schema: what it holds (``doc``), and its shape: a mapping of
+    known ``keys``; a list whose ``entries`` have one shape; a mapping of free keys whose
+    ``values`` have one; or, with none of them, a value read as it is."""
+
+    doc: str
+    keys: dict[str, "Field"] | None = None
+    entries: "Field | None" = None
+    values: "Field | None" = None
+
+
+def _fields_of(cls: type, docs: dict[str, str]) -> dict[str, Field]:
+    return {name: Field(docs.get(name, name.replace("_", " "))) for name in cls.__dataclass_fields__}
+
+
+#: The rubric's truth: every key a rubric file may hold, where, and what it is. ``load_rubric``
+#: refuses any other key, naming where it is and the closest valid one.
+RUBRIC_SCHEMA = Field("a rubric file", keys={
+    "assignment": Field("the assignment's name (its folder under assignments/ and solutions/)"),
+    "checks": Field("the module that decides the autograded items, e.g. grader.checks.linear_attention"),
+    "tags": Field("the assignment's concerns: each tag, and what it names", values=Field("what the tag names")),
+    "limits": Field("per-submission resource limits (each can be overridden on the CLI)",
+                    keys=_fields_of(Limits, {})),
+    "answer_variables": Field("the notebook variables the report cell exports and the written answers discuss",
+                              entries=Field("a variable name")),
+    "tolerances": Field("named numbers the checks module reads", values=Field("a number")),
+    "settings": Field("assignment-specific settings the checks module reads, as it documents them"),
+    "items": Field("the autograded items, in the order results list them", entries=Field("an item", keys={
+        "name": Field("the item's id, decided by the checks module's function of that name"),
+        "points": Field("its points"),
+        "tags": Field("its concerns, from `tags`", entries=Field("a tag")),
+        "title": Field("what students and TAs read"),
+        "visibility": Field("Gradescope visibility: visible, hidden, after_due_date or after_published"),
+        "baseline": Field("true when the untouched student notebook earns it through provided code alone"),
+    })),
+    "written": Field("the LLM rubric of the Question/Answer cells", keys={
+        **{key: value for key, value in _fields_of(LLMSettings, {
+            "notebook": "what the notebooks are, in the grader's instructions"}).items() if key != "prices"},
+        "prices_per_mtok": Field("USD per million tokens, for the estimate and --llm-budget",
+                                 keys=_fields_of(Prices, {})),
+        "rerun": Field("per answer variable, the grader's run of it", values=Field("one variable", keys={
+            "budget": Field("the grader's run in words, as the request labels it"),
+            "agree": Field("what the student's reported run must agree on", entries=Field("a rule", keys={
+                "fields": Field("fields equal in both runs", entries=Field("a field")),
+                "same": Field("fields that must be equal for the rule to apply (the sizes)", entries=Field("a field")),
+                "rows": Field("a list field: compare entry by entry where both runs have it"),
+                "factor": Field("positive numbers within this factor, instead of equal"),
+            })),
+        })),
+        "questions": Field("the written questions", entries=Field("a question", keys={
+            "id": Field("the question's id, as its Question cell declares it"),
+            "points": Field("its points: the sum of its criteria's"),
+            "grounding": Field("answer variables whose values the request carries", entries=Field("a variable")),
+            "misconceptions": Field("what the course warns about", entries=Field("a misconception")),
+            "criteria": Field("what earns the points", entries=Field("a criterion", keys={
+                "id": Field("the criterion's id"), "points": Field("its points"),
+                "earns": Field("what earns them"), "misses": Field("what does not"),
+            })),
+        })),
+    }),
+})
+
+
+def schema_problems(raw: Any, schema: Field = RUBRIC_SCHEMA, where: str = "") -> list[str]:
+    """Every key of ``raw`` the schema has no place for there: where it is, the closest valid
+    key, and where the key belongs when it is valid elsewhere (a misplaced key)."""
+    problems = []
+    if schema.keys is not None and isinstance(raw, dict):
+        for key, value in raw.items():
+            if key in schema.keys:
+                problems += schema_problems(value, schema.keys[key], f"{where}.{key}" if where else str(key))
+                continue
+            said = f"unknown key `{key}` " + (f"in `{where}`" if where else "at the top level")
+            close = difflib.get_close_matches(str(key), list(schema.keys), n=1, cutoff=0.6)
+            elsewhere = [place for place in _PLACES.get(str(key), []) if place != where]
+            problems.append(said + (f"; did you mean `{close[0]}`?" if close else "")
+                            + (f"; `{key}` belongs in `{'` or `'.join(elsewhere)}`" if elsewhere else ""))
+    elif schema.entries is not None and isinstance(raw, list):
+        for index, entry in enumerate(raw):
+            problems += schema_problems(entry, schema.entries, f"{where}[{index}]")
+    elif schema.values is not None and isinstance(raw, dict):
+        for key, value in raw.items():
+            problems += schema_problems(value, schema.values, f"{where}.{key}")
+    return problems
+
+
+def _places(schema: Field, where: str = "") -> dict[str, list[str]]:
+    """Each key the schema knows, and the places (``items[]``, ``written.rerun.*``) it belongs."""
+    found: dict[str, list[str]] = {}
+    for key, child in (schema.keys or {}).items():
+        found.setdefault(key, []).append(where or "the top level")
+        inner = f"{where}.{key}" if where else key
+        for sub, places in _places(child, inner).items():
+            found.setdefault(sub, []).extend(places)
+    if schema.entries is not None:
+        for sub, places in _places(schema.entries, f"{where}[]").items():
+            found.setdefault(sub, []).extend(places)
+    if schema.values is not None:
+        for sub, places in _places(schema.values, f"{where}.*").items():
+            found.setdefault(sub, []).extend(places)
+    return found
+
+
+_PLACES = _places(RUBRIC_SCHEMA)
+
+
 def load_rubric(path: Path) -> Rubric:
     """Parse and validate a rubric file; raises RubricError with the offending entry."""
     raw_text = path.read_bytes()
@@ -181,6 +289,10 @@ def load_rubric(path: Path) -> Rubric:
         raise RubricError(f"{path}: the YAML cannot be read ({type(exc).__name__}: {exc})") from exc
     if not isinstance(raw, dict):
         raise RubricError(f"{path}: expected a mapping at top level")
+    problems = schema_problems(raw)
+    if problems:
+        raise RubricError(f"{path}: " + "; ".join(problems[:5]) + (f" (and {len(problems) - 5} more)"
+                                                                   if len(problems) > 5 else ""))
     tags = raw.get("tags")
     if not isinstance(tags, dict) or not tags or WRITTEN_TAG in tags:
         raise RubricError(f"{path}: `tags` must map each of the assignment's tags to what it names "
@@ -195,13 +307,7 @@ def load_rubric(path: Path) -> Rubric:
     ids = [q.id for q in questions]
     if len(set(ids)) != len(ids):
         raise RubricError(f"{path}: duplicate written question ids")
-    known = {f.name for f in Limits.__dataclass_fields__.values()}
-    limits_raw = raw.get("limits") or {}
-    unknown = set(limits_raw) - known
-    if unknown:
-        raise RubricError(f"{path}: unknown limits {sorted(unknown)}")
-    limits = _limits(limits_raw, path)
-    reserved = {"assignment", "checks", "tags", "items", "written", "limits", "tolerances", "answer_variables"}
+    limits = _limits(raw.get("limits") or {}, path)
     return Rubric(
         assignment=str(raw["assignment"]),
         checks=str(raw["checks"]),
@@ -211,7 +317,7 @@ def load_rubric(path: Path) -> Rubric:
         limits=limits,
         tolerances={k: float(v) for k, v in (raw.get("tolerances") or {}).items()},
         answer_variables=tuple(raw.get("answer_variables") or ()),
-        settings={k: v for k, v in raw.items() if k not in reserved},
+        settings=dict(raw.get("settings") or {}),
         llm=_llm_settings(written, path),
         source_sha256=hashlib.sha256(raw_text).hexdigest(),
         rerun=_reruns(written.get("rerun"), path, set(raw.get("answer_variables") or ())),
