@@ -167,7 +167,9 @@ def test_a_no_from_the_confirmation_waits_with_the_reason_and_the_page_shows_the
     assert by_id["reports_crossover"]["points"] == 1 and "waits" not in by_id["reports_crossover"]
     assert by_id["cost_growth"]["points"] == 0 and by_id["cost_growth"]["suggested"] == 1
     assert "the answer-free confirmation said the quotes do not earn it" in by_id["cost_growth"]["waits"]
-    assert graded.score == 1 and graded.status == "pending_review"
+    # while a criterion waits the item counts nothing anywhere (results.json, gradebook); its confirmed
+    # points are in details, for the TA's decision
+    assert graded.score == 0 and graded.status == "pending_review" and graded.details["draft_score"] == 3
     assert "Criteria cost_growth, measurement_method wait for a TA" in graded.output
     write_pages(tmp_path, read_results(tmp_path), release="published")
     review = (tmp_path / "a" / REVIEW_PAGE).read_text()

@@ -410,7 +410,7 @@ def _item_result(item: _Item, draft: Draft | str, screening: Screening | str | N
                  else {c.id: evidence.CriterionDecision(0.0, "the answer is flagged") for c in item.question.criteria})
     awarded = round(sum(d.awarded for d in decisions.values()), 4)
     lines = [f"LLM draft ({rubric.llm.model}, confidence {draft.confidence:.2f}): "
-             f"{draft.total:g} / {item.question.points:g} suggested, {awarded:g} awarded on confirmed evidence"]
+             f"{draft.total:g} / {item.question.points:g} suggested, {awarded:g} of it on confirmed evidence"]
     criteria = []
     for criterion in item.question.criteria:
         points, rationale, quotes = draft.criteria[criterion.id]
@@ -437,7 +437,8 @@ def _item_result(item: _Item, draft: Draft | str, screening: Screening | str | N
     waiting = [c["id"] for c in criteria if "waits" in c]
     if waiting:
         lines.append(f"Criteria {', '.join(waiting)} wait for a TA: their points count once a person decides.")
-        return replace(old, score=awarded, status="pending_review", output="\n".join(lines), details=details)
+        # nothing counts while a person must decide (``review_state``): the confirmed points are in details
+        return replace(old, score=0.0, status="pending_review", output="\n".join(lines), details=details)
     if draft.needs_review:
         lines.append("The model asks for a person to review this grade.")
     status = "passed" if awarded >= item.question.points else "failed"
