@@ -191,7 +191,7 @@ def _fields_of(cls: type, docs: dict[str, str]) -> dict[str, Field]:
 #: refuses any other key, naming where it is and the closest valid one.
 RUBRIC_SCHEMA = Field("a rubric file", keys={
     "assignment": Field("the assignment's name (its folder under assignments/ and solutions/)"),
-    "checks": Field("the module that decides the autograded items, e.g. grader.checks.linear_attention"),
+    "checks": Field("the module that decides the autograded items: grader.checks.<name>"),
     "tags": Field("the assignment's concerns: each tag, and what it names", values=Field("what the tag names")),
     "limits": Field("per-submission resource limits (each can be overridden on the CLI)",
                     keys=_fields_of(Limits, {})),
