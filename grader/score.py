@@ -121,13 +121,14 @@ class GradeResult:
             "execution_time": round(self.execution_time, 2),
             "tests": [{"name": i.title, "score": i.score, "max_score": i.max_score,
                        "status": "passed" if i.status == "passed" else "failed",
-                       "output": review_state(i).output, "output_format": "text",
+                       "output": shown, "output_format": "text",
                        "visibility": i.visibility, "tags": i.tags,
                        "extra_data": {"id": i.name, "state": i.status,
                                       # the item's own message, when a decision is what the student is shown
-                                      **({"message": i.output} if review_state(i).output != i.output else {}),
+                                      **({"message": i.output} if shown != i.output else {}),
                                       **({"override": i.override} if i.override else {}),
-                                      **({"details": i.details} if i.details else {})}} for i in self.items],
+                                      **({"details": i.details} if i.details else {})}}
+                      for i, shown in ((i, review_state(i).output) for i in self.items)],
             **contract,
             "extra_data": {**contract, **({"isolation": self.isolation} if self.isolation else {}),
                            **({"sources": self.sources} if self.sources else {}),

@@ -193,7 +193,7 @@ class QueueEntry:
     score: float
     max_score: float
     yaml: str
-    answer: str = ""                 # the start of a written answer's text (MAX_EXCERPT_CHARS)
+    answer: str = ""                 # a written answer's text (a page shows its start, MAX_EXCERPT_CHARS)
     flagged: bool = False
     confidence: float | None = None  # the model's, when it drafted a score
     written: bool = False
@@ -463,8 +463,7 @@ def review_queue(out_dir: Path, results: list[GradeResult]) -> list[QueueEntry]:
             entries.append(QueueEntry(result.submission_id, item.name, item.title,
                                       cut(reason, MAX_LINE_CHARS, RESULTS_FILE), item.score,
                                       item.max_score, override_lines(result.submission_id, item),
-                                      cut(answers.get(item.name, ""), MAX_EXCERPT_CHARS, WRITTEN_INPUTS)
-                                      if WRITTEN_TAG in item.tags else "",
+                                      answers.get(item.name, "") if WRITTEN_TAG in item.tags else "",
                                       bool(details.get("flags")),
                                       float(confidence) if isinstance(confidence, (int, float)) else None,
                                       WRITTEN_TAG in item.tags))
@@ -512,7 +511,7 @@ def queue_page_name(item: str, number: int) -> str:
     return f"{item}-{number}.html"
 
 
-def queue_pages(out_dir: Path, results: list[GradeResult], queue: list[QueueEntry]) -> list[QueuePage]:
+def queue_pages(results: list[GradeResult], queue: list[QueueEntry]) -> list[QueuePage]:
     """The queue as pages, item by item in the queue's order, ``ROWS_PER_PAGE`` rows a page. A
     written question's answers are grouped by what they say (``grouping.group_answers``, on the
     whole answers) and its first page offers, for each of ``CONFIDENCE_STEPS``, one block that
@@ -526,10 +525,9 @@ def queue_pages(out_dir: Path, results: list[GradeResult], queue: list[QueueEntr
     for name, entries in by_item.items():
         first = entries[0]
         by_id = {e.submission_id: e for e in entries}
-        if first.written:
-            texts = {e.submission_id: _answers(out_dir / e.submission_id).get(name, "")
-                     if SAFE_ID.fullmatch(e.submission_id) else "" for e in entries}
-            groups = [([by_id[sid] for sid in g.members], g.kind, texts[g.members[0]]) for g in group_answers(texts)]
+        if first.written:   # grouped on the whole answers, which review_queue read once
+            groups = [([by_id[sid] for sid in g.members], g.kind, by_id[g.members[0]].answer)
+                      for g in group_answers({e.submission_id: e.answer for e in entries})]
         else:
             causes: dict[str, list[QueueEntry]] = {}
             for entry in entries:
@@ -640,7 +638,7 @@ def summary_context(out_dir: Path, results: list[GradeResult]) -> dict[str, Any]
         "mean": statistics.fmean(scores) if scores else 0, "median": statistics.median(scores) if scores else 0,
         "histogram_svg": _histogram(scores, max((r.max_score for r in ordered), default=1)),
         "pass_rate_svg": _pass_rates(pass_rates), "pass_rates": pass_rates,
-        "failures": common_failures(ordered), "queue_pages": queue_pages(out_dir, ordered, queue),
+        "failures": common_failures(ordered), "queue_pages": queue_pages(ordered, queue),
         "usage": usage, "times": times, "mean_time": statistics.fmean(times) if times else 0,
         "changes": read_changes(out_dir),
         "similar": similar_groups(out_dir, ordered, _template_scaffold(ordered[0].assignment) if ordered else None),

@@ -65,7 +65,7 @@ def local_problems(quotes: tuple[str, ...], answer: str, criterion: Criterion) -
         shown = quote if len(quote) <= 80 else quote[:77] + "..."
         if len(quote) > MAX_QUOTE_CHARS:
             problems.append(f"the quote {shown!r} is longer than {MAX_QUOTE_CHARS} characters")
-        elif not _plain(quote) or _plain(quote) not in in_answer:
+        elif not (plain := _plain(quote)) or plain not in in_answer:
             problems.append(f"the quote {shown!r} is not in the answer")
         else:
             problems += [f"the quote {shown!r} {why}" for why in quote_problems(quote)]
