@@ -1,7 +1,7 @@
 """``grader assign``: turn a master notebook into the student notebook and its ``check.py``.
 
-The student version keeps every cell of the master except ``instructor`` ones, in order and
-with the same cell ids (the grader matches cells by id), replaces solution blocks by a
+The student version keeps every cell of the master except ``instructor`` ones and test cells
+that are not ``visible``, in order and with the same cell ids (the grader matches cells by id), replaces solution blocks by a
 ``NotImplementedError`` TODO, blanks written answers and clears all outputs.
 
 ``check.py``, the pre-submission check students run beside the notebook, is
@@ -18,6 +18,7 @@ import copy
 import hashlib
 import json
 import pprint
+import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -74,8 +75,9 @@ def student_notebook(master: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """The student version of ``master`` (a new notebook; ``master`` is not modified)."""
     student = copy.deepcopy(master)
     student.cells = []
+    hidden = {t.cell_id for t in cells.test_cells(master) if t.visibility != "visible"}
     for cell in master.cells:
-        if cells.INSTRUCTOR in cells.tags(cell):
+        if cells.INSTRUCTOR in cells.tags(cell) or cell.id in hidden:
             continue
         cell = copy.deepcopy(cell)
         if cell.cell_type == "code":
@@ -209,3 +211,83 @@ def write_student_files(master_path: Path, target: Path) -> list[Path]:
     check = target.parent / CHECK_SCRIPT
     check.write_text(script, encoding="utf-8")
     return [target, check]
+
+
+# ----------------------------------------------------------------------------- a new assignment
+
+NEW_SCAFFOLD = '''\
+def mean_square(x):
+    """The mean of the squares of the entries of the array ``x``, as a float."""
+    ### BEGIN SOLUTION
+    return float(np.mean(np.square(x)))
+    ### END SOLUTION
+'''
+NEW_TESTS = (
+    ("mean_square_small", 1, "visible", '''\
+assert mean_square(np.array([3.0, 4.0])) == 12.5
+assert np.isclose(mean_square(np.arange(4.0)), 3.5)
+'''),
+    ("mean_square_random", 2, "hidden", '''\
+rng = np.random.default_rng(0)
+for size in (1, 10, 100):
+    x = rng.standard_normal(size)
+    np.testing.assert_allclose(mean_square(x), np.mean(x ** 2), rtol=1e-12)
+'''),
+)
+NEW_RUBRIC = '''\
+# The rubric of {name}: every key it may hold is in the rubric reference (grader.rubric.RUBRIC_SCHEMA).
+# The test cells of the master notebook are items of their own, declared in their metadata.
+assignment: {name}
+tags:
+  execution: "the notebook runs headless"
+  values: "the functions' values"
+items:
+  - {{name: notebook_runs, points: 1, tags: [execution], title: "the notebook runs headless without an error", baseline: true}}
+written:
+  questions:
+    - id: q1
+      points: 1
+      criteria:
+        - {{id: nonnegative, points: 1, earns: "says that each square is at least zero, so their mean is too",
+           misses: "restates the definition without saying why it is never negative"}}
+'''
+
+
+def new_master(name: str) -> nbformat.NotebookNode:
+    """The master notebook ``grader new`` lays out: a scaffold cell, a written question and
+    two test cells (one the student sees, one hidden)."""
+    notebook = nbformat.v4.new_notebook()
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    notebook.cells = [
+        nbformat.v4.new_markdown_cell(
+            f"# {name}\n\nWrite `mean_square` below, then answer the question. Before you submit, run "
+            "`python check.py` beside this notebook (it needs `pip install numpy nbformat`).", id="intro"),
+        nbformat.v4.new_code_cell("import numpy as np\n", id="imports", metadata={"tags": [cells.PROVIDED]}),
+        nbformat.v4.new_code_cell(NEW_SCAFFOLD, id="mean-square",
+                                  metadata={"tags": [cells.SCAFFOLD], "g2c": {"symbols": ["mean_square"]}}),
+        nbformat.v4.new_code_cell('"""Question: Why is the mean of squares never negative?"""\n'
+                                  '"""Answer: Each square is at least zero, so their mean is at least zero too."""\n',
+                                  id="q1", metadata={"tags": [cells.QUESTION], "g2c": {"question": "q1"}}),
+    ]
+    for test, points, visibility, source in NEW_TESTS:
+        notebook.cells.append(nbformat.v4.new_code_cell(source, id=test.replace("_", "-"), metadata={
+            "tags": [cells.TEST], "g2c": {"test": {"name": test, "points": points, "visibility": visibility,
+                                                  "tags": ["values"]}}}))
+    return notebook
+
+
+def new_assignment(name: str, root: Path) -> list[Path]:
+    """Lay out the assignment ``name`` under ``root`` (its master notebook and rubric), then
+    its student notebook and check.py. Refuses to write over an assignment of that name."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ValueError(f"{name!r}: an assignment's name is letters, digits and _ (it names folders and a module)")
+    master = root / "solutions" / name / f"{name}.ipynb"
+    rubric = root / "rubrics" / f"{name}.yaml"
+    existing = [str(p) for p in (master, rubric) if p.exists()]
+    if existing:
+        raise ValueError(f"{', '.join(existing)} already exist: choose another name or --out")
+    master.parent.mkdir(parents=True)
+    nbformat.write(new_master(name), str(master))
+    rubric.parent.mkdir(parents=True, exist_ok=True)
+    rubric.write_text(NEW_RUBRIC.format(name=name), encoding="utf-8")
+    return [master, rubric, *write_student_files(master, student_path(master, root))]

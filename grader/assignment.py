@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 
 from grader import cells
-from grader.rubric import Rubric, check_questions, load_rubric
+from grader.rubric import INLINE_TAG, Item, Rubric, RubricError, check_questions, load_rubric
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,7 +41,12 @@ class Assignment:
     def rubric(self) -> Rubric:
         rubric = load_rubric(self.rubric_path)
         check_questions(rubric, set(self.reference_answers), self.rubric_path)
-        return rubric
+        try:
+            tests = cells.test_cells(self.master)
+        except ValueError as exc:
+            raise RubricError(f"{self.master_path}: {exc}") from None
+        return rubric.with_items([Item(t.name, t.points, t.tags or (INLINE_TAG,), t.title, t.visibility)
+                                  for t in tests], str(self.master_path))
 
     @cached_property
     def reference_answers(self) -> dict[str, cells.WrittenAnswer]:

@@ -21,6 +21,12 @@ A master notebook labels each code cell with ``metadata.tags``:
                 their written answers discuss (see ``read_report``); the grader's own run of
                 the cell is not.
 ``instructor``  present in the master only; ``grader assign`` removes it.
+``test``        an inline check: plain Python (asserts, ``np.testing``, ``pytest.raises``, or
+                doctest examples) whose outcome is one autograded item, declared by
+                ``metadata.g2c.test``: ``name`` and ``points`` (required), ``visibility``
+                (default ``visible``: the student notebook keeps the cell; any other value
+                removes it), ``title``, ``tags`` and ``message`` (said when it fails). The
+                notebook run never executes it; ``grader.checks.inline`` decides it.
 
 Inside code cells, lines between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` are the
 reference answer; ``grader assign`` replaces them by a ``NotImplementedError`` TODO.
@@ -41,6 +47,7 @@ DEMO = "demo"
 QUESTION = "question"
 INSTRUCTOR = "instructor"
 REPORT = "report"
+TEST = "test"
 REPORT_MIME = "application/json"
 
 BEGIN_SOLUTION = re.compile(r"^(?P<indent>\s*)### BEGIN SOLUTION\b\s*(?P<todo>.*)$")
@@ -97,6 +104,56 @@ def scaffolds(notebook: Any) -> list[Scaffold]:
             raise ValueError(f"scaffold cell {cell.get('id')!r}: metadata.g2c.package_file {package_file!r} is not "
                              "a relative posix path without '..' (like 'g2c/module/file.py')")
         found.append(Scaffold(str(cell.get("id")), tuple(symbols), package_file))
+    return found
+
+
+@dataclass(frozen=True)
+class TestCell:
+    """An inline check of the master notebook: the item its metadata declares, and its code."""
+
+    cell_id: str
+    name: str
+    points: float
+    visibility: str
+    title: str
+    tags: tuple[str, ...]
+    message: str
+    source: str
+
+
+TEST_KEYS = {"name", "points", "visibility", "title", "tags", "message"}
+
+
+def test_cells(notebook: Any) -> list[TestCell]:
+    """The notebook's ``test`` cells, in order. Raises ValueError naming the cell when its
+    metadata is not a valid declaration (the assignment is wrong, not a submission)."""
+    found = []
+    for cell in notebook.get("cells", []):
+        if TEST not in tags(cell):
+            continue
+        where = f"test cell {cell.get('id')!r}"
+        g2c = cell.get("metadata", {}).get("g2c", {})
+        declared = g2c.get("test") if isinstance(g2c, dict) else None
+        if cell.get("cell_type") != "code" or not isinstance(declared, dict):
+            raise ValueError(f"{where}: a test cell is a code cell with metadata.g2c.test "
+                             "({name, points, visibility, title, tags, message})")
+        unknown = sorted(set(declared) - TEST_KEYS)
+        if unknown:
+            raise ValueError(f"{where}: unknown key(s) {unknown} in metadata.g2c.test; it takes {sorted(TEST_KEYS)}")
+        name, points = declared.get("name"), declared.get("points")
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][\w-]{0,79}", name):
+            raise ValueError(f"{where}: metadata.g2c.test.name must be an item name (letters, digits, _ and -)")
+        if isinstance(points, bool) or not isinstance(points, (int, float)) or not points > 0:
+            raise ValueError(f"{where}: metadata.g2c.test.points must be a positive number")
+        item_tags = declared.get("tags", [])
+        if not isinstance(item_tags, list) or not all(isinstance(t, str) for t in item_tags):
+            raise ValueError(f"{where}: metadata.g2c.test.tags must be a list of the rubric's tags")
+        text = {key: declared.get(key, default) for key, default in
+                (("visibility", "visible"), ("title", name), ("message", ""))}
+        if not all(isinstance(value, str) for value in text.values()):
+            raise ValueError(f"{where}: metadata.g2c.test's visibility, title and message must be strings")
+        found.append(TestCell(str(cell.get("id")), name, float(points), text["visibility"], text["title"],
+                              tuple(item_tags), text["message"], source(cell)))
     return found
 
 

@@ -1,4 +1,4 @@
-"""The ``grader`` command line: assign, grade, report, export, validate, calibrate, check, gradescope-bundle.
+"""The ``grader`` command line: new, assign, grade, report, export, validate, calibrate, check, gradescope-bundle.
 
 Exit status: 0 when the command did its job (whatever the scores), 1 when ``validate``
 finds the solution or template graded wrongly or ``check`` finds the notebook not ready,
@@ -18,7 +18,7 @@ from pathlib import Path
 from grader import assign
 from grader.assignment import PROJECT_ROOT, Assignment
 from grader.batch import BatchError, BatchInterrupted, dask_executor, default_workers, grade_batch
-from grader.checks import CHECKS_FOLDER
+from grader.checks import CHECKS_FOLDER, checks_for, inline
 from grader.intake import Refused, discover, read_file, safe_id
 from grader.load import package_files
 from grader.pipeline import GRADER_ERRORS
@@ -45,7 +45,8 @@ def _cmd_assign(args: argparse.Namespace) -> int:
     master = Path(args.master)
     if not master.is_file():
         raise CommandError(f"{master}: no such notebook")
-    target = Path(args.out) if args.out else assign.student_path(master.resolve(), Path.cwd())
+    root = Path(args.assignment_root) if args.assignment_root else master.resolve().parents[2]
+    target = Path(args.out) if args.out else assign.student_path(master.resolve(), root)
     try:
         written = assign.write_student_files(master, target)
     except (ValueError, RubricError) as exc:
@@ -55,9 +56,25 @@ def _cmd_assign(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_new(args: argparse.Namespace) -> int:
+    root = Path(args.out)
+    try:
+        written = assign.new_assignment(args.name, root)
+    except (ValueError, RubricError) as exc:
+        raise CommandError(str(exc)) from exc
+    for path in written:
+        say(f"wrote {path}")
+    say(f"next: grader validate --assignment {args.name} --assignment-root {root}")
+    return 0
+
+
+def _root(args: argparse.Namespace) -> Path:
+    """The assignment root a command reads (``--assignment-root``, default this project)."""
+    return Path(args.assignment_root).resolve() if args.assignment_root else PROJECT_ROOT
+
+
 def _assignment(args: argparse.Namespace) -> tuple[Assignment, Rubric]:
-    root = Path(args.assignment_root).resolve() if args.assignment_root else PROJECT_ROOT
-    assignment = Assignment(args.assignment, root)
+    assignment = Assignment(args.assignment, _root(args))
     problem = assignment.check_files()
     if problem:
         raise CommandError(problem)
@@ -69,6 +86,16 @@ def _assignment(args: argparse.Namespace) -> tuple[Assignment, Rubric]:
             idle_timeout_s=args.idle_timeout)
     except RubricError as exc:
         raise CommandError(str(exc)) from exc
+    try:
+        checks_for(rubric, assignment.root)
+    except ImportError as exc:
+        raise CommandError(f"the rubric's checks module `{rubric.checks}` cannot be imported ({exc}): write "
+                           f"{assignment.root / CHECKS_FOLDER / rubric.checks}.py (or a package of that name), or "
+                           "drop `checks:` from the rubric to grade with the master's test cells alone") from exc
+    try:
+        inline.inline_tests(assignment.master)
+    except inline.InlineError as exc:
+        raise CommandError(f"{assignment.master_path}: {exc}") from exc
     return assignment, rubric
 
 
@@ -229,8 +256,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     check. Both run the notebook's code, so check.py runs in the grading sandbox, on copies of the
     assignment folder and of the notebook in its scratch: 0 when check.py finds the notebook
     ready, else 1."""
-    name = args.assignment or _assignment_of(Path(args.notebook))
-    assignment = Assignment(name, PROJECT_ROOT)
+    root = _root(args)
+    name = args.assignment or _assignment_of(Path(args.notebook), root)
+    assignment = Assignment(name, root)
     folder = assignment.template_path.parent
     if not (folder / CHECK_SCRIPT).is_file():
         raise CommandError(f"assignment {name!r} ships no {CHECK_SCRIPT} (looked for {folder / CHECK_SCRIPT})")
@@ -273,10 +301,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0 if result.returncode == 0 else 1
 
 
-def _assignment_of(notebook: Path) -> str:
-    """Whose check.py runs on ``notebook``: the one assignment that ships one, else the one whose
-    student notebook shares the most cell ids with it (the grader matches cells by id too)."""
-    found = sorted(p.parent.name for p in (PROJECT_ROOT / "assignments").glob(f"*/{CHECK_SCRIPT}"))
+def _assignment_of(notebook: Path, root: Path) -> str:
+    """Whose check.py runs on ``notebook``: the one assignment under ``root`` that ships one, else
+    the one whose student notebook shares the most cell ids with it (the grader matches cells by
+    id too)."""
+    found = sorted(p.parent.name for p in (root / "assignments").glob(f"*/{CHECK_SCRIPT}"))
     if len(found) == 1:
         return found[0]
     try:
@@ -286,7 +315,7 @@ def _assignment_of(notebook: Path) -> str:
         ids = {c.get("id") for c in cells_of if isinstance(c, dict)} if isinstance(cells_of, list) else set()
     except (Refused, ValueError, RecursionError, AttributeError, TypeError):
         ids = set()
-    shared = {name: len(ids & _template_ids(name)) for name in found}
+    shared = {name: len(ids & _template_ids(name, root)) for name in found}
     best = [name for name, count in shared.items() if count and count == max(shared.values())]
     if len(best) != 1:
         raise CommandError(f"which assignment's {CHECK_SCRIPT}? {notebook} matches "
@@ -294,9 +323,9 @@ def _assignment_of(notebook: Path) -> str:
     return best[0]
 
 
-def _template_ids(name: str) -> set[str]:
+def _template_ids(name: str, root: Path) -> set[str]:
     try:
-        return {c.get("id") for c in Assignment(name, PROJECT_ROOT).template.cells}
+        return {c.get("id") for c in Assignment(name, root).template.cells}
     except (OSError, ValueError):   # a folder with a check.py and no readable notebook matches nothing
         return set()
 
@@ -313,7 +342,7 @@ def _cmd_gradescope_bundle(args: argparse.Namespace) -> int:
 
     target = Path(args.out)
     try:
-        names = write_bundle(Assignment(args.assignment), target)
+        names = write_bundle(Assignment(args.assignment, _root(args)), target)
     except ValueError as exc:
         raise CommandError(str(exc)) from exc
     say(f"wrote {target} ({len(names)} files): upload it as the assignment's Gradescope autograder")
@@ -335,11 +364,15 @@ def _add_isolation_options(parser: argparse.ArgumentParser) -> None:
                              "only) an unprivileged user, else refuse (none with --allow-unsandboxed)")
 
 
-def _add_grading_options(parser: argparse.ArgumentParser) -> None:
+def _add_assignment_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--assignment", required=True, help="assignment name: rubrics/NAME.yaml, solutions/NAME/, assignments/NAME/")
     parser.add_argument("--assignment-root", metavar="DIR",
                         help="the folder holding those three (default: this project); the rubric's checks "
                              "module is looked up in DIR/checks/ (MODULE.py or a package) first, then imported")
+
+
+def _add_grading_options(parser: argparse.ArgumentParser) -> None:
+    _add_assignment_options(parser)
     _add_isolation_options(parser)
     limits = parser.add_argument_group("limits (default: the rubric's)")
     limits.add_argument("--memory-gib", type=float)
@@ -361,9 +394,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("assign", help="write the student notebook and its check.py from a master notebook")
     p.add_argument("master", help="solutions/<name>/<name>.ipynb")
-    p.add_argument("--out", help="the notebook's path (default assignments/<name>/<name>.ipynb); "
+    p.add_argument("--out", help="the notebook's path (default ROOT/assignments/<name>/<name>.ipynb); "
                                  "check.py goes beside it")
+    p.add_argument("--assignment-root", metavar="ROOT",
+                   help="where assignments/ goes (default: the master's own root, two folders above solutions/<name>/)")
     p.set_defaults(run=_cmd_assign)
+
+    p = commands.add_parser("new", help="lay out a new assignment: a master notebook with test cells, its rubric, "
+                                        "its student notebook and check.py")
+    p.add_argument("name", help="the assignment's name (letters, digits and _)")
+    p.add_argument("--out", default=".", metavar="ROOT",
+                   help="the assignment root to write solutions/, rubrics/ and assignments/ under (default: here)")
+    p.set_defaults(run=_cmd_new)
 
     p = commands.add_parser("grade", help="grade notebooks or folders of submissions")
     p.add_argument("paths", nargs="+", metavar="PATH")
@@ -417,7 +459,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_cmd_validate)
 
     p = commands.add_parser("gradescope-bundle", help="autograder.zip for a Gradescope programming assignment")
-    p.add_argument("--assignment", required=True, help="assignment name: rubrics/NAME.yaml, solutions/NAME/, assignments/NAME/")
+    _add_assignment_options(p)
     p.add_argument("--out", default="autograder.zip", help="target path (default ./autograder.zip)")
     p.set_defaults(run=_cmd_gradescope_bundle)
 
@@ -425,6 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
                                           "in the grading sandbox")
     p.add_argument("notebook", help="the notebook to check")
     p.add_argument("--assignment", help="whose check.py (default: the assignment whose notebook it matches)")
+    p.add_argument("--assignment-root", metavar="DIR", help="the folder holding assignments/ (default: this project)")
     p.add_argument("--run", action="store_true", dest="run_notebook",
                    help="check.py --run: also run the notebook as grading does")
     _add_isolation_options(p)

@@ -17,9 +17,10 @@ EXECUTION (what runs and what raw outputs come back; a change runs every submiss
     ``cells.py`` (what is read of a submission), ``graft.py`` (the module the probe imports),
     ``execute.py``, ``probe.py``, ``sandbox.py``, ``untrusted.py`` (running and reading back),
     and ``harness/*.py`` (the drivers inside the sandbox);
-  - the checks module's ``PROBE_DRIVER`` file, and its probe cases as data (names, kinds,
-    configs, input arrays, kept outputs, segments, groups: ``probe_cases_digest``), so a change
-    to ``cases.py`` that changes no case is evaluation only;
+  - the checks module's ``PROBE_DRIVER`` file, and the probe cases as data (names, kinds,
+    configs, input arrays, kept outputs, segments, groups: ``probe_cases_digest``): its own and
+    the test cells' rewritten programs (``grader.checks.inline``), so a change to ``cases.py``
+    or ``inline.py`` that changes no case is evaluation only;
   - the master and template notebooks' bytes (``Assignment.fingerprint``), and the rubric's
     limits, answer variables and checks module name;
   - the Python version and the versions of the libraries the run uses (``LIBRARIES``).
@@ -157,10 +158,12 @@ def _library_versions(names: tuple[str, ...] = LIBRARIES) -> str:
 
 
 def execution_digest(checks: ModuleType, rubric: Rubric, assignment_fingerprint: str,
-                     root: Path = GRADER_DIR) -> str:
-    """The digest of everything that decides what runs and what raw outputs come back."""
+                     root: Path = GRADER_DIR, cases: list[ProbeCase] | None = None) -> str:
+    """The digest of everything that decides what runs and what raw outputs come back.
+    ``cases``: every probe case (the test cells' too), by default the checks module's."""
     base, drivers, _ = outside_files(checks)
-    parts = [files_digest(execution_files(checks, root), root), probe_cases_digest(checks.probe_cases(rubric)),
+    cases = checks.probe_cases(rubric) if cases is None else cases
+    parts = [files_digest(execution_files(checks, root), root), probe_cases_digest(cases),
              assignment_fingerprint, repr((rubric.checks, rubric.limits, rubric.answer_variables)),
              _library_versions(), files_digest(drivers, base)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()

@@ -157,8 +157,11 @@ def execution_from_record(record: Any) -> ExecutionResult | None:
 
 def prepare_notebook(submission: nbformat.NotebookNode, master: nbformat.NotebookNode,
                      notes: list[str]) -> nbformat.NotebookNode:
-    """The notebook to execute: the submission with the grader's provided cells, no outputs."""
+    """The notebook to execute: the submission with the grader's provided cells, no outputs,
+    and without the master's test cells (the probe decides them, outside the notebook run)."""
     prepared = copy.deepcopy(submission)
+    tests = {c.get("id") for c in master.cells if cells.TEST in cells.tags(c)}
+    prepared.cells = [c for c in prepared.cells if c.get("id") not in tests]
     present = {c.get("id"): i for i, c in enumerate(prepared.cells)}
     master_cells = list(master.cells)
     for position, cell in enumerate(master_cells):

@@ -34,6 +34,7 @@ from typing import Any
 
 from grader.assignment import PROJECT_ROOT, Assignment
 from grader.batch import grade_batch
+from grader.checks import CHECKS_FOLDER
 from grader.cli import CommandError, make_sandbox
 from grader.intake import find_submission
 from grader.load import package_files
@@ -58,7 +59,9 @@ def bundle_files(assignment: Assignment) -> dict[str, Path]:
     repository: no tests, examples, outputs, venv."""
     files = {name: PROJECT_ROOT / name for name in ("pyproject.toml", "README.md")}
     files.update(_tree(PROJECT_ROOT, PROJECT_ROOT / "grader"))
-    for folder in (assignment.template_path.parent, assignment.master_path.parent):
+    own_checks = assignment.root / CHECKS_FOLDER   # an assignment root's own checks modules
+    for folder in (assignment.template_path.parent, assignment.master_path.parent,
+                   *([own_checks] if assignment.root != PROJECT_ROOT and own_checks.is_dir() else [])):
         files.update(_tree(assignment.root, folder))
     calibration = assignment.rubric_path.with_name(f"{assignment.name}_calibration.yaml")
     for rubric in (assignment.rubric_path, calibration):   # not another assignment's that shares the prefix

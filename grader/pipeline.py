@@ -32,12 +32,12 @@ import nbformat
 
 from grader import __version__, digests, untrusted
 from grader.assignment import Assignment
-from grader.checks import CheckContext, checks_for
+from grader.checks import CheckContext, Verdict, checks_for, inline
 from grader.execute import (MAX_ANSWERS_BYTES, MAX_EXECUTED_NOTEBOOK_BYTES, ExecutionResult, execute_notebook, execution_from_record,
                             execution_record, prepare_notebook)
 from grader.load import Submission, load_submission
 from grader.graft import GraftError, submission_module_source
-from grader.probe import MAX_PROBE_OUTPUT_BYTES, ProbeResult, probe_from_record, probe_record, run_probe
+from grader.probe import MAX_PROBE_OUTPUT_BYTES, ProbeCase, ProbeResult, probe_from_record, probe_record, run_probe
 from grader.rubric import Rubric
 from grader.sandbox import MemoryShare, Sandbox
 from grader.score import GradeResult, score_items
@@ -131,11 +131,25 @@ class SubmissionGrader:
         self.rubric = rubric or assignment.rubric
         self.sandbox = sandbox
         self.checks = checks_for(self.rubric, self.assignment.root)
+        self.inline_tests = inline.inline_tests(self.assignment.master)
+
+    def probe_cases(self) -> list[ProbeCase]:
+        """What the probe runs: the checks module's cases, then one per test cell."""
+        return self.checks.probe_cases(self.rubric) + inline.probe_cases(self.inline_tests)
+
+    def evaluate(self, context: CheckContext) -> dict[str, Verdict]:
+        """The checks module's verdicts and the test cells'."""
+        verdicts = self.checks.evaluate(context)
+        if self.inline_tests:
+            runs = inline.master_runs(self.assignment.master_path, self.assignment.fingerprint)
+            verdicts.update(inline.evaluate(self.inline_tests, context, runs))
+        return verdicts
 
     @cached_property
     def digests(self) -> dict[str, str]:
         """The execution and evaluation digests (``grader.digests``), in results.json's extra_data."""
-        return {"execution": digests.execution_digest(self.checks, self.rubric, self.assignment.fingerprint),
+        return {"execution": digests.execution_digest(self.checks, self.rubric, self.assignment.fingerprint,
+                                                      cases=self.probe_cases()),
                 "evaluation": digests.evaluation_digest(self.checks, self.rubric),
                 "screening": digests.screening_digest(self.rubric)}
 
@@ -196,7 +210,7 @@ class SubmissionGrader:
                                execution, run.execution_problem,
                                execution.answers if execution else {}, submission.ungraded)
         checking = time.monotonic()
-        verdicts = self.checks.evaluate(context)
+        verdicts = self.evaluate(context)
         items_checked = time.monotonic()
         # Written answers are screened here, whatever --llm says: the written stage's grade-time part.
         screened = run.screening is None
@@ -290,7 +304,7 @@ class SubmissionGrader:
         notes.extend(graft_notes)
         limits = self.rubric.limits
         with tempfile.TemporaryDirectory(prefix=f"g2c-{_safe(submission.submission_id)}-probe-") as scratch:
-            result = run_probe(source, self.checks.probe_cases(self.rubric), self.sandbox, Path(scratch),
+            result = run_probe(source, self.probe_cases(), self.sandbox, Path(scratch),
                                limits.probe_case_timeout_s, self.checks.PROBE_DRIVER, limits.wall_backstop_factor,
                                share, idle_timeout=limits.idle_timeout_s)
         notes.extend(f"stopped during the probe: {reason}" for reason in result.notes)

@@ -15,6 +15,8 @@ from typing import Any
 import yaml
 
 WRITTEN_TAG = "written"   # the pipeline's own tag of written questions; every other tag is the rubric's
+INLINE_TAG = "inline"     # the pipeline's own tag of the master's test cells that name no tag
+DEFAULT_CHECKS = "grader.checks.default"   # the checks module of a rubric that names none
 VISIBILITIES = frozenset({"visible", "hidden", "after_due_date", "after_published"})
 
 
@@ -143,7 +145,7 @@ class Limits:
 class Rubric:
     assignment: str
     checks: str
-    tags: tuple[str, ...]           # the assignment's concern vocabulary, WRITTEN_TAG included
+    tags: tuple[str, ...]           # the assignment's concern vocabulary, WRITTEN_TAG and INLINE_TAG included
     items: tuple[Item, ...]
     questions: tuple[Question, ...]
     limits: Limits
@@ -164,6 +166,21 @@ class Rubric:
     @property
     def max_score(self) -> float:
         return sum(i.points for i in self.items) + sum(q.points for q in self.questions)
+
+    def with_items(self, extra: list[Item], where: str) -> "Rubric":
+        """A copy with ``extra`` items after its own (the master's test cells, ``where``):
+        names unique and tags from the rubric's vocabulary."""
+        names = [i.name for i in (*self.items, *extra)]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise RubricError(f"{where}: item names used twice (in the rubric and a test cell, or two test cells): "
+                              f"{twice}")
+        for item in extra:
+            bad = set(item.tags) - set(self.tags)
+            if bad or item.visibility not in VISIBILITIES:
+                raise RubricError(f"{where}: test cell {item.name}: "
+                                  + (f"unknown tags {sorted(bad)}" if bad else f"unknown visibility {item.visibility!r}"))
+        return replace(self, items=(*self.items, *extra))
 
     def with_limits(self, **overrides: Any) -> "Rubric":
         """A copy whose limits take the given non-None overrides (from the CLI)."""
@@ -191,7 +208,9 @@ def _fields_of(cls: type, docs: dict[str, str]) -> dict[str, Field]:
 #: refuses any other key, naming where it is and the closest valid one.
 RUBRIC_SCHEMA = Field("a rubric file", keys={
     "assignment": Field("the assignment's name (its folder under assignments/ and solutions/)"),
-    "checks": Field("the module that decides the autograded items: grader.checks.<name>"),
+    "checks": Field("the module that decides the autograded items the rubric lists: a module of the grader's, "
+                    "or one in the assignment root's checks/ folder; without it, only `notebook_runs` (the "
+                    "master's test cells are items of their own, whatever this says)"),
     "tags": Field("the assignment's concerns: each tag, and what it names", values=Field("what the tag names")),
     "limits": Field("per-submission resource limits (each can be overridden on the CLI)",
                     keys=_fields_of(Limits, {})),
@@ -200,7 +219,7 @@ RUBRIC_SCHEMA = Field("a rubric file", keys={
     "tolerances": Field("named numbers the checks module reads", values=Field("a number")),
     "settings": Field("assignment-specific settings the checks module reads, as it documents them"),
     "items": Field("the autograded items, in the order results list them", entries=Field("an item", keys={
-        "name": Field("the item's id, decided by the checks module's function of that name"),
+        "name": Field("the item's id, as the checks module's verdicts name it"),
         "points": Field("its points"),
         "tags": Field("its concerns, from `tags`", entries=Field("a tag")),
         "title": Field("what students and TAs read"),
@@ -310,8 +329,8 @@ def load_rubric(path: Path) -> Rubric:
     limits = _limits(raw.get("limits") or {}, path)
     return Rubric(
         assignment=str(raw["assignment"]),
-        checks=str(raw["checks"]),
-        tags=tuple(str(t) for t in tags) + (WRITTEN_TAG,),
+        checks=str(raw.get("checks") or DEFAULT_CHECKS),
+        tags=tuple(str(t) for t in tags) + (WRITTEN_TAG, INLINE_TAG),
         items=items,
         questions=questions,
         limits=limits,

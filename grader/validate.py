@@ -1,5 +1,6 @@
 """``grader validate``: the reference solution earns every autograded point and the untouched
-student notebook earns exactly the rubric's ``baseline`` items. CI runs it on every change."""
+student notebook earns exactly the rubric's ``baseline`` items. CI runs it on every change.
+It also says how many of the master's test cells are decided in the sandbox (aim for none)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,5 +43,11 @@ def validate(assignment: Assignment, sandbox: Sandbox, rubric: Rubric) -> Valida
     lines = [f"solution: {solution.score:g} / {autograded:g} autograded points "
              f"({len(rubric.questions)} written answers pending review)",
              f"template: {template.score:g} points from baseline items {sorted(baseline)}"]
+    tests = grader.inline_tests
+    if tests:
+        inside = [t.name for t in tests if t.in_sandbox]
+        lines.append(f"test cells: {len(tests)}, {len(inside)} of them ({100 * len(inside) / len(tests):.0f}%) "
+                     "decided in the sandbox" + (f": {', '.join(inside)} (their form cannot be compared outside "
+                                                 "the student's process)" if inside else ""))
     lines += [f"PROBLEM {p}" for p in problems] or ["validate: OK"]
     return ValidationReport(not problems, "\n".join(lines), solution, template)

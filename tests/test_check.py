@@ -34,7 +34,7 @@ import nbformat
 import pytest
 
 from grader import cells, cli, sandbox
-from grader.assignment import Assignment
+from grader.assignment import PROJECT_ROOT, Assignment
 from grader.execute import prepare_notebook
 from grader.load import load_submission
 from grader.score import score_items
@@ -624,12 +624,12 @@ def test_grader_check_refuses_without_a_sandbox(tmp_path, monkeypatch, capsys):
 def test_grader_check_finds_the_assignment_by_its_cell_ids(tmp_path):
     """Both assignments ship a check.py: the notebook's own cell ids choose, and a notebook of
     neither (or unreadable) asks for --assignment instead of guessing."""
-    assert cli._assignment_of(REFERENCE) == "linear_attention"
-    assert cli._assignment_of(HYENA_REFERENCE) == HYENA
+    assert cli._assignment_of(REFERENCE, PROJECT_ROOT) == "linear_attention"
+    assert cli._assignment_of(HYENA_REFERENCE, PROJECT_ROOT) == HYENA
     broken = tmp_path / "broken.ipynb"
     broken.write_bytes(CASES["broken_json"]())
     with pytest.raises(cli.CommandError, match="matches none of .*; pass --assignment NAME"):
-        cli._assignment_of(broken)
+        cli._assignment_of(broken, PROJECT_ROOT)
 
 
 def test_check_ships_standalone(runs):

@@ -14,7 +14,8 @@ Cases
 -----
 Nothing here knows an assignment. A case names its handler by ``kind``: ``call`` (below)
 calls functions of the student's module by name with arguments built from its arrays,
-literals and seeded generators; any other kind is a handler of the checks module's driver
+literals and seeded generators; ``inline`` runs an inline check's rewritten program and
+records its operands as data (``grader.checks.inline``); any other kind is a handler of the checks module's driver
 file (``load_handlers``), which holds code, never expected values. Handlers save outputs by
 name; the trusted side keeps only the ones the case declares.
 
@@ -64,6 +65,7 @@ import io
 import json
 import mmap
 import os
+import random
 import re
 import select
 import signal
@@ -85,11 +87,16 @@ _np_save, _np_load, _np_asarray = np.save, np.load, np.asarray
 _tensor = torch.tensor
 _get_rng, _set_rng, _np_get_rng, _np_set_rng = torch.get_rng_state, torch.set_rng_state, np.random.get_state, \
     np.random.set_state
+_seeds = (random.seed, np.random.seed, torch.manual_seed)
 _get_dtype, _set_dtype, _grad_enabled, _set_grad = torch.get_default_dtype, torch.set_default_dtype, \
     torch.is_grad_enabled, torch.set_grad_enabled
 _Tensor, _Generator = torch.Tensor, torch.Generator
+_Parameter, _Size, _torch_dtype, _np_dtype_type = torch.nn.Parameter, torch.Size, torch.dtype, np.dtype
+_NP_SCALARS = frozenset((np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+                         np.uint64, np.float16, np.float32, np.float64))
+_BASE_EXCEPTION = BaseException
 _FLOAT32, _FLOAT64 = torch.float32, torch.float64
-_isinstance, _type, _len, _str = isinstance, type, len, str
+_isinstance, _type, _len, _str, _float, _int, _repr = isinstance, type, len, str, float, int, repr
 _TracebackType, _ModuleType = types.TracebackType, types.ModuleType
 
 DTYPES = {"float64": _FLOAT64, "float32": _FLOAT32}
@@ -216,12 +223,131 @@ def case_call(module, inputs, config):
     return info
 
 
+INLINE_MAX_ARRAYS = 64        # arrays one inline check sends back (named a0, a1, ...)
+INLINE_MAX_VALUES = 100_000   # values (numbers, strings, containers) it sends back
+INLINE_MAX_RECORDS = 10_000   # times its check sites run
+INLINE_MAX_DEPTH = 20
+INLINE_MAX_STRING = 100_000
+INLINE_CHECK, INLINE_RAISED = "__g2c_check__", "__g2c_raised__"   # what the rewritten program calls
+
+
+def _as_data(value, budget, depth=0):
+    """``value`` as data for the trusted side, without running any method of its own:
+    numbers, strings, None and booleans as JSON; containers tagged (``list``, ``tuple``,
+    ``dict``, ``set``); arrays and tensors saved as outputs (``array``/``tensor``, with their
+    dtype); numpy scalars, dtypes and ``torch.Size`` by value. An instance of a subclass of a
+    built-in type (a namedtuple, a Counter, an IntEnum) is read through the built-in type's own
+    methods and tagged ``sub`` with its class: its ``__eq__``, ``__repr__`` or ``__iter__`` never
+    run. Anything else is ``refused``, with its type."""
+    budget["values"] -= 1
+    if budget["values"] < 0 or depth > INLINE_MAX_DEPTH:
+        return {"refused": "more values than a check may compare"}
+    kind = _type(value)
+    if value is None or kind is bool or kind is _int:
+        return value
+    if kind is _float:
+        return value if value - value == 0 else {"float": _repr(value)}   # nan and inf are not JSON
+    if kind is _str:
+        return value if _len(value) <= INLINE_MAX_STRING else {"refused": "a string over 100,000 characters"}
+    if kind in (list, tuple, set, frozenset, _Size):
+        tag = {list: "list", tuple: "tuple", _Size: "tuple"}.get(kind, "set")
+        return {tag: [_as_data(item, budget, depth + 1) for item in (value if tag != "set" else _list_sorted(value))]}
+    if kind is dict:
+        return {"dict": [[_as_data(k, budget, depth + 1), _as_data(v, budget, depth + 1)] for k, v in value.items()]}
+    if kind in _NP_SCALARS:
+        return {"scalar": value.item(), "dtype": _str(value.dtype)}
+    if kind is _torch_dtype:
+        return {"torch_dtype": _str(value).replace("torch.", "")}
+    if kind is np.ndarray or kind is _Tensor or kind is _Parameter:
+        return _array_data(value, kind, budget)
+    if _isinstance(value, _np_dtype_type) and _type(value).__module__.startswith("numpy"):
+        return {"np_dtype": _str(value)}
+    for base, read in _BUILTIN_READS:
+        if _isinstance(value, base):
+            try:
+                return {"sub": f"{kind.__module__}.{kind.__qualname__}", "of": _as_data(read(value), budget, depth + 1)}
+            except _BASE_EXCEPTION:  # noqa: BLE001 - a class that only claims to be one
+                break
+    return {"refused": f"a {kind.__name__}"}
+
+
+def _array_data(value, kind, budget):
+    name = f"a{budget['arrays']}"
+    budget["arrays"] += 1
+    dtype = _str(value.dtype).replace("torch.", "")
+    if budget["arrays"] > INLINE_MAX_ARRAYS:
+        return {"refused": f"more than {INLINE_MAX_ARRAYS} arrays"}
+    if kind is np.ndarray:
+        if value.dtype.kind not in "biuf":
+            return {"refused": f"an array of dtype {dtype}"}
+        save_output(name, value if value.dtype.kind == "f" else value.astype(np.float64))
+    else:
+        if value.is_complex():
+            return {"refused": f"a tensor of dtype {dtype}"}
+        save_output(name, value)
+    return {"array" if kind is np.ndarray else "tensor": name, "dtype": dtype}
+
+
+# A subclass of a built-in type, read as that type: through its methods, never the subclass's.
+_BUILTIN_READS = ((_int, int.__index__), (_float, float.__float__), (_str, str.__str__),
+                  (dict, lambda d: dict(dict.items(d))), (tuple, lambda t: tuple(tuple.__iter__(t))),
+                  (list, lambda items: list(list.__iter__(items))), (frozenset, lambda s: set(frozenset.__iter__(s))),
+                  (set, lambda s: set(set.__iter__(s))))
+
+
+def _list_sorted(items):
+    """A set's items in a stable order (by their repr when they cannot be compared)."""
+    items = list(items)
+    try:
+        return sorted(items)
+    except _BASE_EXCEPTION:  # noqa: BLE001 - mixed types
+        return sorted(items, key=_repr)
+
+
+def _exception_data(exc):
+    """What the trusted side needs of an exception: its classes' names and, for the built-in
+    exceptions, its message."""
+    kind = _type(exc)
+    names = [f"{c.__module__}.{c.__qualname__}" for c in kind.__mro__]
+    message = ""
+    if kind.__module__ == "builtins":
+        try:
+            message = _str(exc)[:2000]
+        except _BASE_EXCEPTION:  # noqa: BLE001 - a message whose str() fails
+            message = ""
+    return {"types": names, "message": message}
+
+
+def case_inline(module, inputs, config):
+    """Run an inline check's program (``config["program"]``: the test cell as the grader
+    rewrote it) in the student's module, as a notebook cell runs after theirs. Each check site
+    calls ``__g2c_check__(site, values)`` with the values of its operands that come from the
+    student's code (the others were removed: the grader computes them), or
+    ``__g2c_raised__(site, exception)`` for an expected exception; both are recorded in order
+    as data. The comparisons themselves are made by the trusted side."""
+    records, budget = [], {"values": INLINE_MAX_VALUES, "arrays": 0}
+
+    def check(site, values):
+        if _len(records) >= INLINE_MAX_RECORDS:
+            raise RuntimeError(f"the test's checks ran more than {INLINE_MAX_RECORDS} times")
+        records.append([site, [_as_data(v, budget) for v in values]])
+
+    def raised(site, exc):
+        records.append([site, None if exc is None else _exception_data(exc)])
+    namespace = module.__dict__
+    namespace[INLINE_CHECK], namespace[INLINE_RAISED] = check, raised
+    for seed in _seeds:   # as the grader seeds its run of the master (grader.checks.inline.seed_generators)
+        seed(0)
+    exec(compile(config["program"], "the test", "exec"), namespace)
+    return {"records": records}
+
+
 def load_handlers(plan):
     """The case handlers: ``call`` (here), and those of the checks module's driver file when
     the plan carries one. The driver is trusted grader code, run here in the supervisor before
     any student code: it defines ``HANDLERS`` (kind -> handler(module, inputs, config) -> info)
     and reaches this harness's helpers only through the ``harness`` namespace it is given."""
-    handlers = {"call": case_call}
+    handlers = {"call": case_call, "inline": case_inline}
     source = plan.get("driver_source")
     if source:
         lines = plan["module_source"].splitlines()
