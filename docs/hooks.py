@@ -29,12 +29,10 @@ import dataclasses
 import html
 import inspect
 import io
-import json
 import logging
 import re
 import tempfile
 import tokenize
-import typing
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -95,45 +93,41 @@ def _docstring_block(doc: str | None) -> str:
     return "\n".join(out).strip("\n")
 
 
-def _field_comments(cls: type) -> dict[str, str]:
-    """The comments beside (or on the lines just above) each field of a dataclass's source:
-    they document the fields where a docstring does not."""
+def _trailing_comment(line: str) -> str:
+    """The comment that ends a line of code ('' when none; a ``#`` inside a string is no comment)."""
     try:
-        source = inspect.getsource(cls)
+        tokens = list(tokenize.generate_tokens(io.StringIO(line.strip() + "\n").readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return ""
+    return next((t.string.lstrip("#").strip() for t in tokens if t.type == tokenize.COMMENT), "")
+
+
+def _field_comments(cls: type) -> dict[str, str]:
+    """The comments of each field in a class's source (the comment lines just above it, then the
+    one ending its line): they document the fields of the dataclasses that have no docstring."""
+    try:
+        source = inspect.getsource(cls).splitlines()
     except (OSError, TypeError):
         return {}
+    lines = source[next(i for i, line in enumerate(source) if line.lstrip().startswith("class ")) + 1:]
+    body = next((line for line in lines if line.strip()), "")
+    field = re.compile(rf"{re.escape(body[: len(body) - len(body.lstrip())])}(\w+)\s*:\s*\S")
     comments: dict[str, str] = {}
-    pending: list[str] = []
-    lines = source.splitlines()
-    for token in tokenize.generate_tokens(io.StringIO(source).readline):
-        if token.type != tokenize.COMMENT:
+    above: list[str] = []
+    for line in lines:
+        if line.strip().startswith("#"):
+            above.append(line.strip().lstrip("#").strip())
             continue
-        row, column = token.start
-        text = token.string.lstrip("#").strip()
-        before = lines[row - 1][:column]
-        if not before.strip():
-            pending.append(text)
-            continue
-        name = before.strip().split(":")[0].strip()
-        if name.isidentifier():
-            comments[name] = " ".join([*pending, text])
-        pending = []
-    for row, line in enumerate(lines, 1):   # comment lines above a field without a comment of its own
-        stripped = line.strip()
-        name = stripped.split(":")[0].strip()
-        if ":" in stripped and name.isidentifier() and name not in comments and row > 1:
-            above = []
-            for previous in reversed(lines[: row - 1]):
-                if previous.strip().startswith("#"):
-                    above.insert(0, previous.strip().lstrip("#").strip())
-                else:
-                    break
-            if above:
-                comments[name] = " ".join(above)
+        match = field.match(line)
+        text = " ".join([*above, _trailing_comment(line)]).strip() if match else ""
+        if text:
+            comments[match[1]] = text
+        above = []
     return comments
 
 
 def _annotation(value: Any) -> str:
+    """A type annotation as text."""
     return value if isinstance(value, str) else inspect.formatannotation(value)
 
 
@@ -160,7 +154,7 @@ def _signature(obj: Any, name: str, width: int = 90) -> str:
     return f"{name}(\n" + "".join(f"    {parameter},\n" for parameter in written) + f"){returns}"
 
 
-def _describe_object(name: str, obj: Any, level: str = "###") -> list[str]:
+def _describe_object(name: str, obj: Any) -> list[str]:
     """A class or function: its signature, its docstring, and for a dataclass or protocol its
     fields with their types and comments."""
     if not inspect.isclass(obj):
@@ -169,7 +163,7 @@ def _describe_object(name: str, obj: Any, level: str = "###") -> list[str]:
         heading = f"class {_signature(obj, name)}"
     else:
         heading = f"class {name}({', '.join(base.__name__ for base in obj.__bases__)})"
-    lines = [f"{level} {name}", "", "```python", heading, "```", ""]
+    lines = [f"### {name}", "", "```python", heading, "```", ""]
     doc = obj.__doc__
     if doc and not (inspect.isclass(obj) and doc.startswith(f"{name}(")):   # not a dataclass's generated one
         lines += [_docstring_block(doc), ""]
@@ -211,6 +205,9 @@ def _public_members(module: ModuleType) -> Iterator[tuple[str, Any]]:
 
 # ----------------------------------------------------------------------------- the CLI
 
+USAGE_WIDTH = 100
+
+
 def _invocation(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
     """How an argument is written: ``--llm {off,live,batch}``, ``PATH [PATH ...]``."""
     formatter = parser._get_formatter()   # argparse's own rendering, as --help shows it
@@ -218,6 +215,7 @@ def _invocation(parser: argparse.ArgumentParser, action: argparse.Action) -> str
 
 
 def _default(action: argparse.Action) -> str:
+    """An argument's default as the table shows it: ``required``, nothing for none, or the value."""
     from grader.batch import default_workers
 
     if action.required:
@@ -244,8 +242,9 @@ def cli_page() -> str:
     lines += [f"| [`grader {name}`](#grader-{name}) | {_cell(helps[name])} |" for name in commands.choices]
     lines.append("")
     for name, command in commands.choices.items():
-        first, *rest = command.format_usage().strip().splitlines()
-        usage = "\n".join([first.removeprefix("usage: "), *(line[len("usage: "):] for line in rest)])
+        formatter = argparse.HelpFormatter(command.prog, width=USAGE_WIDTH)   # not the terminal's width
+        formatter.add_usage(command.usage, command._actions, command._mutually_exclusive_groups, prefix="")
+        usage = formatter.format_help().strip()
         lines += [f"## grader {name}", "", f"{helps[name][0].upper()}{helps[name][1:]}.", "",
                   "```text", usage, "```", ""]
         for group in command._action_groups:
