@@ -114,21 +114,21 @@ def checkout_after_make_grade(folder: Path, graded: Path) -> Path:
 def run_page(blocks: list[Block], folder: Path) -> dict[str, tuple[int | None, str]]:
     """Each block of one page, in order, in ``folder``: block name -> (exit status, output).
     A file block writes its text and exits with 0."""
-    ran = {}
+    outcomes = {}
     for block in blocks:
         if block.file is not None:
             target = folder / block.file
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(block.text, encoding="utf-8")
-            ran[block.name] = (0, f"wrote {target}")
+            outcomes[block.name] = (0, f"wrote {target}")
             continue
         try:
             done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block.text], cwd=folder, env=docs_env(),
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=BLOCK_TIMEOUT_S)
-            ran[block.name] = (done.returncode, done.stdout)
+            outcomes[block.name] = (done.returncode, done.stdout)
         except subprocess.TimeoutExpired as exc:
-            ran[block.name] = (None, f"{exc.output or ''}\n[stopped after {BLOCK_TIMEOUT_S} s]")
-    return ran
+            outcomes[block.name] = (None, f"{exc.output or ''}\n[stopped after {BLOCK_TIMEOUT_S} s]")
+    return outcomes
 
 
 @dataclass
@@ -141,7 +141,7 @@ class PagesRun:
 
 
 @pytest.fixture(scope="module")
-def ran(tmp_path_factory, graded) -> PagesRun:
+def pages_run(tmp_path_factory, graded) -> PagesRun:
     """Every page's runnable blocks, run; the pages side by side."""
     work = tmp_path_factory.mktemp("pages")
     folders = {page: checkout_after_make_grade(work / page.removesuffix(".md"), graded)
@@ -154,13 +154,13 @@ def ran(tmp_path_factory, graded) -> PagesRun:
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[block.name for block in BLOCKS])
-def test_runnable_block_runs(block, ran):
-    status, output = ran.outcomes[block.name]
+def test_runnable_block_runs(block, pages_run):
+    status, output = pages_run.outcomes[block.name]
     assert status == block.exit_status, (f"docs/{block.name}: exit status {status}, the page says "
                                          f"{block.exit_status}\n$ {block.text}\n{output[-4000:]}")
 
 
-def test_the_guides_show_what_the_issue_asks_to_run():
+def test_the_guides_run_the_check_an_override_and_an_assignment_root():
     """The student's check, a TA's override and re-render, and an assignment graded from an
     assignment root are among the runnable blocks."""
     def scripts(page: str) -> str:
@@ -221,11 +221,11 @@ def test_a_description_table_out_of_step_with_the_code_warns(monkeypatch, caplog
     assert not caplog.records, [record.getMessage() for record in caplog.records]
 
 
-def test_the_graded_folder_holds_only_described_files(ran):
+def test_the_graded_folder_holds_only_described_files(pages_run):
     """Every file of a graded folder, after a TA's override and re-render, is described on the
     output folder's page (its top level, and a submission's own files as `<id>/...`)."""
     hooks = load_hooks()
-    folder = ran.folders["ta.md"] / "out" / GRADED
+    folder = pages_run.folders["ta.md"] / "out" / GRADED
     assert (folder / "overrides_applied.json").is_file()
     for path in folder.rglob("*"):
         relative = path.relative_to(folder)
