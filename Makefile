@@ -25,7 +25,7 @@ SUBMISSIONS ?=
 OUT ?= out
 WORKERS ?=
 
-.PHONY: install test grade validate assign report realrun bench clean
+.PHONY: install test grade validate assign report realrun bench docs clean
 
 install: $(STAMP)
 
@@ -35,7 +35,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# The CPU build of torch lies on this machine's disk; never ask for an unpinned torch.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test,dask]'
+	$(BIN)/pip install -q -e '.[test,dask,docs]'
 	touch $(STAMP)
 
 # Debian's chromium, for the pages' browser tests only (no browser build can be downloaded), and
@@ -78,12 +78,17 @@ report: $(STAMP)
 realrun: $(STAMP)
 	$(BIN)/python solutions/linear_attention/realrun.py
 
-# What grading costs, side by side in one run (bench/run.py; README's Benchmarks): printed with
+# What grading costs, side by side in one run (bench/run.py; docs/benchmarks.md): printed with
 # each target and written to out/bench/bench.json. `make bench QUICK=1`: one round on smaller sets.
 # The first run also makes out/bench/otter-venv (otter-grader 7.0.0, from the package registry).
 QUICK ?=
 bench: $(STAMP)
 	$(BIN)/python bench/run.py $(if $(QUICK),--quick)
 
+# The documentation site (mkdocs.yml, docs/) into site/, strictly: a broken link or anchor, or a
+# reference table that no longer matches the code, fails the build (docs/contributing.md).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(OUT) .grader-cache build *.egg-info
+	rm -rf $(OUT) site .grader-cache build *.egg-info

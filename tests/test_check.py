@@ -292,27 +292,62 @@ def test_todos_are_listed_per_scaffold_symbol_and_exercise_cell(tmp_path):
     assert check.todos(check.inspect_notebook(path))[0] == ["not defined in cell 6: LinearAttention.step"]
 
 
-@pytest.mark.parametrize("name, modules", [("linear_attention", {"torch"}), ("linear_attention_hyena", set()),
-                                           ("linear_attention", {"pytest", "torch"})])
-def test_a_missing_module_is_named_in_one_line(monkeypatch, capsys, name, modules):
-    """Without torch (or pytest) the public tests are not started: one line names each missing
-    module and the notebook is not ready; the loading checks still run on the standard library."""
+def missing_block(out: str) -> list[str]:
+    """check.py's lines about missing modules: the MISSING line and the indented lines under it."""
+    lines = out.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("MISSING:")), len(lines))
+    block = lines[start:start + 1]
+    for line in lines[start + 1:]:
+        if not line.startswith("  "):
+            break
+        block.append(line.strip())
+    return block
+
+
+@pytest.mark.parametrize("name, modules, run", [
+    ("linear_attention", {"torch"}, False), ("linear_attention", {"pytest", "torch"}, False),
+    ("linear_attention", {"pytest", "torch", "nbclient", "ipykernel"}, False),
+    ("linear_attention", {"pytest", "nbformat", "ipykernel"}, True),
+    ("linear_attention_hyena", {"nbclient", "ipykernel"}, True), ("linear_attention_hyena", {"torch"}, False)])
+def test_every_missing_module_is_named_at_once(monkeypatch, capsys, name, modules, run):
+    """One round: every module that the public tests or --run need and this Python lacks is named
+    before anything else, whether or not this run uses it, each with the parts that need it, and
+    one command installs them all. A part that lacks one does not start (the notebook is then not
+    ready); the loading checks still run on the standard library."""
     module = CHECKS[name]
-    monkeypatch.setattr(module, "installed", lambda m: m not in modules | {"nbclient", "ipykernel"})
+    monkeypatch.setattr(module, "installed", lambda m: m not in modules)
     path = REFERENCE if name == "linear_attention" else HYENA_REFERENCE
-    assert module.main([str(path), *(["--run"] if not modules else [])]) == 1
+    status = module.main([str(path), *(["--run"] if run else [])])
     out = capsys.readouterr().out
-    missing = [line.strip() for line in out.splitlines() if "MISSING" in line]
-    if modules:
-        assert missing == [f"MISSING: {m} is not installed in this Python ({sys.executable}); the public tests "
-                           f"need it: pip install {m}" for m in sorted(modules)], out
-        assert out.rstrip().endswith("NOT READY: the public tests could not run (see above)."), out
-        assert "Written answers: 10 of 10 answered" in out
-    else:
-        assert missing == [f"MISSING: {m} is not installed in this Python ({sys.executable}); --run and your "
-                           f"notebook need it: pip install {m}" for m in ("ipykernel", "nbclient")], out
-        assert "this assignment has no public tests" in out
-        assert out.rstrip().endswith("NOT READY: the notebook could not be run (see above)."), out
+    missing = sorted(modules)
+    tests_need = sorted(modules & {"pytest", "torch"}) if name == "linear_attention" else []
+    run_needs = sorted(modules & {"nbformat", "nbclient", "ipykernel", "torch"})
+    assert missing_block(out) == [
+        f"MISSING: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed in this Python "
+        f"({sys.executable})",
+        *([f"the public tests need: {', '.join(tests_need)}"] if tests_need else []),
+        *([f"--run and your notebook need: {', '.join(run_needs)}"] if run_needs else []),
+        f"install them all at once: {sys.executable} -m pip install {' '.join(missing)}"], out
+    assert out.index("MISSING:") < out.index("Reading the notebook as the grader will"), out
+    assert sum(line.startswith("MISSING") for line in out.splitlines()) == 1, out
+    assert "Written answers: 10 of 10 answered" in out or name == HYENA
+    if tests_need:
+        assert f"PROBLEM: not run: {', '.join(tests_need)} {'is' if len(tests_need) == 1 else 'are'} not installed " \
+               "(see MISSING above)" in out, out
+        assert status == 1 and out.rstrip().endswith("NOT READY: the public tests could not run (see above)."), out
+    elif run:
+        assert f"PROBLEM: not run: {', '.join(run_needs)} are not installed (see MISSING above)" in out, out
+        assert status == 1 and out.rstrip().endswith("NOT READY: the notebook could not be run (see above)."), out
+    else:   # what is missing serves --run only, which was not asked for
+        assert status == 0 and "PROBLEM" not in out and out.rstrip().splitlines()[-1].startswith("READY"), out
+
+
+def test_nothing_missing_says_nothing_about_modules(capsys):
+    """Where every module is installed, the check starts with the notebook."""
+    module = CHECKS["linear_attention"]
+    assert module.missing_modules() == {}
+    module.report_modules({})
+    assert capsys.readouterr().out == ""
 
 
 def _code(cell_id: str, source: str) -> dict:
@@ -363,7 +398,7 @@ def test_run_stops_after_a_second_time_out_in_a_row(tmp_path, capsys, monkeypatc
                 "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     path = tmp_path / "slow.ipynb"
     path.write_text(json.dumps(notebook))
-    run = hyena.run_notebook(hyena.inspect_notebook(path))
+    run = hyena.run_notebook(hyena.inspect_notebook(path), hyena.missing_modules())
     assert [(c.label, c.status, c.execution_count) for c in run.cells] == [
         ("code cell 2 (`import time`)", "timeout", 2), ("code cell 3 (`time.sleep(60)`)", "timeout", 3),
         ("code cell 4 (`y = 2`)", "not_run", None)]
@@ -640,6 +675,8 @@ def test_check_ships_standalone(runs):
     assert run.returncode == 0, run.context()
     assert "15 passed, 0 failed" in run.output, run.context()
     assert "nbformat is not installed here, so the schema was not checked" in run.output, run.context()
+    assert missing_block(run.output)[-1] == f"install them all at once: {sys.executable} -m pip install nbformat", \
+        run.context()
 
 
 def test_check_without_torch_says_so_in_one_line(runs):
@@ -647,9 +684,10 @@ def test_check_without_torch_says_so_in_one_line(runs):
     the loading checks still run."""
     run = runs["no_torch"]
     assert run.returncode == 1, run.context()
-    assert [line.strip() for line in run.output.splitlines() if "torch" in line and "MISSING" in line] == [
-        f"MISSING: torch is not installed in this Python ({sys.executable}); the public tests need it: "
-        "pip install torch"], run.context()
+    assert missing_block(run.output) == [   # nbformat is blocked too: --run needs it
+        f"MISSING: nbformat, torch are not installed in this Python ({sys.executable})",
+        "the public tests need: torch", "--run and your notebook need: nbformat, torch",
+        f"install them all at once: {sys.executable} -m pip install nbformat torch"], run.context()
     assert "collection" not in run.output and "Written answers: 10 of 10 answered" in run.output, run.context()
     assert run.output.rstrip().endswith("NOT READY: the public tests could not run (see above)."), run.context()
 

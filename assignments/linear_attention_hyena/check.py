@@ -22,9 +22,10 @@ marks: the grader's hidden checks test far more, and the written answers are gra
 submission.
 
 Reading the notebook needs only Python. The public tests need pytest and what the notebook
-imports (torch); ``--run`` needs nbclient and ipykernel (both come with Jupyter) and the same.
-The check says in one line each what is missing. When nbformat is installed the notebook is
-also validated against the nbformat 4 schema, as the grader does.
+imports (torch); ``--run`` needs nbformat, nbclient and ipykernel (all three come with Jupyter)
+and the same. The check first names every module that any of its parts needs and this Python
+lacks, all at once, with the one command that installs them. When nbformat is installed the
+notebook is also validated against the nbformat 4 schema, as the grader does.
 
 The notebook you check is usually the one you edited in place, so the shipped provided cells
 and questions cannot be read back from it: ``SPEC`` below holds them (the provided cells'
@@ -41,6 +42,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -736,10 +738,48 @@ def installed(module: str) -> bool:
         return False
 
 
-def missing_modules(needed: List[str], purpose: str) -> List[str]:
-    """One line for each module of ``needed`` that this Python lacks."""
-    return [f"MISSING: {name} is not installed in this Python ({sys.executable}); {purpose} need it: "
-            f"pip install {name}" for name in needed if not installed(name)]
+TESTS_PART, RUN_PART = "the public tests", "--run and your notebook"   # the parts that need modules
+
+
+def needed_modules() -> Dict[str, List[str]]:
+    """Each part of the check that needs modules beyond the standard library, with them: the
+    public tests (when the assignment has any) and ``--run``, which runs the notebook's code."""
+    tests = SPEC.get("public_tests")
+    return {**({TESTS_PART: tests["needs"]} if tests is not None else {}), RUN_PART: SPEC["run"]["needs"]}
+
+
+def missing_modules() -> Dict[str, List[str]]:
+    """Every module that a part of the check needs and this Python lacks, with the parts that
+    need it, whether or not this run uses them: a student installs once, not part by part."""
+    missing: Dict[str, List[str]] = {}
+    for part, modules in needed_modules().items():
+        for name in modules:
+            if not installed(name):
+                missing.setdefault(name, []).append(part)
+    return dict(sorted(missing.items()))
+
+
+def not_installed(part: str, missing: Dict[str, List[str]]) -> Optional[str]:
+    """Why ``part`` cannot run, when a module it needs is missing; None when it can."""
+    lacking = [name for name, parts in missing.items() if part in parts]
+    if not lacking:
+        return None
+    return f"not run: {', '.join(lacking)} {'is' if len(lacking) == 1 else 'are'} not installed (see MISSING above)"
+
+
+def report_modules(missing: Dict[str, List[str]]) -> None:
+    """Part 0, only when something is missing: every missing module at once, what needs each,
+    and one command that installs them all into this Python."""
+    if not missing:
+        return
+    print(f"MISSING: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed in this Python "
+          f"({sys.executable})")
+    for part in needed_modules():
+        lacking = [name for name, parts in missing.items() if part in parts]
+        if lacking:
+            print(f"  {part} need: {', '.join(lacking)}")
+    print(f"  install them all at once: {shlex.quote(sys.executable)} -m pip install {' '.join(missing)}")
+    print()
 
 
 @dataclass
@@ -750,7 +790,6 @@ class PublicTests:
     failed: Dict[str, str] = field(default_factory=dict)   # test name -> first lines of its failure
     skipped: List[str] = field(default_factory=list)
     problem: Optional[str] = None
-    missing: List[str] = field(default_factory=list)       # one line per module that is not installed
 
 
 def _one_line(message: str, limit: int = 300) -> str:
@@ -759,8 +798,9 @@ def _one_line(message: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def run_public_tests(notebook: Path) -> PublicTests:
-    """Run the public tests on ``notebook`` in a fresh interpreter, as ``ENV=NOTEBOOK pytest tests/``.
+def run_public_tests(notebook: Path, missing: Dict[str, List[str]]) -> PublicTests:
+    """Run the public tests on ``notebook`` in a fresh interpreter, as ``ENV=NOTEBOOK pytest tests/``
+    (not when a module they need is among ``missing``).
 
     A subprocess, so that your code can neither hang nor crash the check; an empty ini file, so
     that no pytest configuration around this folder changes the run; and no bytecode or cache
@@ -768,9 +808,9 @@ def run_public_tests(notebook: Path) -> PublicTests:
     """
     tests = SPEC["public_tests"]
     folder = HERE / tests["folder"]
-    missing = missing_modules(tests["needs"], "the public tests")
-    if missing:
-        return PublicTests(problem="not run: a module they need is not installed", missing=missing)
+    lacking = not_installed(TESTS_PART, missing)
+    if lacking:
+        return PublicTests(problem=lacking)
     if not folder.is_dir():
         return PublicTests(problem=f"not run: the public tests' folder {folder} is missing; "
                                    "restore it from the assignment")
@@ -828,7 +868,6 @@ class NotebookRun:
     kernel: str = "ok"
     timed_out: bool = False
     problem: Optional[str] = None
-    missing: List[str] = field(default_factory=list)
 
 
 def prepare_cells(findings: Findings) -> List[Tuple[Dict[str, Any], Optional[int]]]:
@@ -864,13 +903,14 @@ def _cell_error(cell: Any) -> Optional[str]:
     return None
 
 
-def run_notebook(findings: Findings) -> NotebookRun:
+def run_notebook(findings: Findings, missing: Dict[str, List[str]]) -> NotebookRun:
     """Execute the notebook as grading does, cell by cell: a cell that raises is recorded and the
-    next one runs; a dead kernel, or a second time-out in a row, stops the run."""
+    next one runs; a dead kernel, or a second time-out in a row, stops the run (which does not
+    start when a module it needs is among ``missing``)."""
     settings = SPEC["run"]
-    missing = missing_modules(settings["needs"], "--run and your notebook")
-    if missing:
-        return NotebookRun(problem="not run: a module it needs is not installed", missing=missing)
+    lacking = not_installed(RUN_PART, missing)
+    if lacking:
+        return NotebookRun(problem=lacking)
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
@@ -975,8 +1015,6 @@ def report_tests(run: Optional[PublicTests], notebook: Path) -> None:
     if run is None:
         print("  not run: the notebook cannot be read")
         return
-    for line in run.missing:
-        print(f"  {line}")
     if run.problem:
         print(f"  PROBLEM: {run.problem}")
         return
@@ -1041,8 +1079,6 @@ def report_graded(findings: Findings, run: Optional[NotebookRun]) -> None:
               "and lists the cells that raise")
         return
     print(f"Running the notebook as the grader will (G2C_GRADING=1, {settings['cell_timeout_s']:g} s per cell)")
-    for line in run.missing:
-        print(f"  {line}")
     if run.problem:
         print(f"  PROBLEM: {run.problem}")
         return
@@ -1106,19 +1142,21 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"{notebook}: no such notebook")
         return 1
     print(f"Checking {notebook}\n")
+    missing = missing_modules()
+    report_modules(missing)
     findings = inspect_notebook(notebook)
     report_loading(findings)
     print()
     tests = None
     if findings.fatal is None and SPEC.get("public_tests") is not None:
-        tests = run_public_tests(notebook)
+        tests = run_public_tests(notebook, missing)
     report_tests(tests, notebook)
     run = None
     if not findings.fatal:
         print()
         report_answers(findings)
         print()
-        run = run_notebook(findings) if args.run else None
+        run = run_notebook(findings, missing) if args.run else None
         report_graded(findings, run)
     ready, summary = verdict(findings, tests, run)
     print(f"\n{summary}")
