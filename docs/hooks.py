@@ -544,8 +544,8 @@ def checks_api_page() -> str:
     harness = GRADER / "harness" / "probe_harness.py"
     example = REPO / "bench" / "checks" / "small_questions_checks.py"
     lines = ["# Checks API", "", GENERATED_NOTE.format(source="the docstrings and signatures of `grader.checks`, "
-                                                               "`grader.checks.compare`, `grader.probe` and the "
-                                                               "probe harness"),
+                                                               "`grader.checks.compare`, `grader.checks.inline`, "
+                                                               "`grader.probe` and the probe harness"),
              "A checks module decides an assignment's autograded items; the rubric names it (`checks:`). "
              "The [assignment author's guide](../authoring.md) walks through writing one.", "",
              "## grader.checks", "", _docstring_block(checks.__doc__), ""]
@@ -563,6 +563,10 @@ def checks_api_page() -> str:
               "## Comparing: grader.checks.compare", "", _docstring_block(compare.__doc__), ""]
     for name, member in _public_members(compare):
         lines += _describe_object(name, member)
+    from grader.checks import inline
+    lines += ["## Test cells: grader.checks.inline", "", _docstring_block(inline.__doc__), "",
+              "What crosses from the sandbox (the harness's side of a test cell):", "",
+              _docstring_block(_source_docstring(harness, "_as_data")), ""]
     lines += ["## A complete checks module", "",
               f"`{example.relative_to(REPO)}`, the bench's small assignment: three functions, each called by "
               "the `call` handler and compared with a reference computed here.", "",
