@@ -306,6 +306,9 @@ def test_grader_new_then_validate_then_grade(tmp_path):
         "the notebook runs headless without an error": "passed", "mean_square_small": "passed",
         "mean_square_random": "passed", "Written: q1": "failed"}
     assert (tmp_path / "out" / "summary.html").is_file()
+    checked = subprocess.run([*GRADER, "check", str(submissions / "ada.ipynb"), "--assignment-root", str(root)],
+                             cwd=tmp_path, capture_output=True, text=True)
+    assert checked.returncode == 0 and "READY" in checked.stdout, checked.stdout + checked.stderr
     bundle = subprocess.run([*GRADER, "gradescope-bundle", "--assignment", "demo", "--assignment-root", str(root),
                              "--out", str(tmp_path / "autograder.zip")], cwd=tmp_path, capture_output=True, text=True)
     assert bundle.returncode == 0, bundle.stderr
