@@ -46,7 +46,8 @@ def _import_targets(node: ast.Import | ast.ImportFrom) -> dict[str, str]:
     return targets
 
 
-def _provided_imports(sources: list[str]) -> dict[str, str]:
+def provided_imports(sources: list[str]) -> dict[str, str]:
+    """The names the imports of ``sources`` bind, and what each is bound to."""
     found: dict[str, str] = {}
     for source in sources:
         for node in ast.parse(source).body:
@@ -204,7 +205,7 @@ def submission_module_source(master: nbformat.NotebookNode,
             provided.append(cells.source(cell))
             parts.append(cells.source(cell))
     names = provided_names(master)
-    imports = _provided_imports(provided)
+    imports = provided_imports(provided)
     notes: list[str] = []
     sources = []
     futures: set[str] = set()

@@ -52,7 +52,7 @@ import numpy as np
 
 from grader import cells
 from grader.checks import CheckContext, Verdict, decide
-from grader.graft import _provided_imports, submission_module_source
+from grader.graft import provided_imports, submission_module_source
 from grader.probe import ProbeCase
 
 CHECK, RAISED = "__g2c_check__", "__g2c_raised__"   # what the rewritten programs call (as the harness names them)
@@ -130,7 +130,7 @@ class InlineError(ValueError):
 def inline_tests(master: nbformat.NotebookNode) -> list[InlineTest]:
     """Every ``test`` cell of ``master``, parsed and rewritten. Raises InlineError naming the
     cell when one cannot be used."""
-    known = set(_provided_imports([cells.source(c) for c in master.cells if c.cell_type == "code"
+    known = set(provided_imports([cells.source(c) for c in master.cells if c.cell_type == "code"
                                    and cells.PROVIDED in cells.tags(c)]))
     try:
         found = cells.test_cells(master)
@@ -142,8 +142,9 @@ def inline_tests(master: nbformat.NotebookNode) -> list[InlineTest]:
 def _read_test(cell: cells.TestCell, imported: set[str]) -> InlineTest:
     where = f"test cell {cell.cell_id!r} ({cell.name})"
     text = cell.source
+    examples = _examples(text)
     try:
-        tree = _doctest_module(_examples(text)) if _examples(text) else ast.parse(text)
+        tree = _doctest_module(examples) if examples else ast.parse(text)
     except (SyntaxError, ValueError) as exc:
         raise InlineError(f"{where}: {exc}") from None
     master_tree, sandbox_tree = copy.deepcopy(tree), copy.deepcopy(tree)
@@ -175,7 +176,7 @@ def _examples(text: str) -> str | None:
 
 def _doctest_module(text: str) -> ast.Module:
     """A doctest cell as Python: each example's source, its expected output kept on the node
-    (``g2c_want``, ``g2c_exc``, ``g2c_flags``, ``g2c_line``) for the rewriter."""
+    (``g2c_want``, ``g2c_exc``, ``g2c_flags``) for the rewriter, its lines counted in the cell."""
     body: list[ast.stmt] = []
     for example in doctest.DocTestParser().get_examples(text):
         tree = ast.parse(example.source)
