@@ -27,7 +27,14 @@ from grader.batch import BatchOutcome, grade_batch
 from grader.intake import discover
 from grader.cli import make_sandbox
 from grader.pipeline import SubmissionGrader
-from grader.sandbox import Sandbox, _UidLease
+from grader.sandbox import ONE_THREAD_ENV, Sandbox, _UidLease
+
+# torch on one thread in the test processes and in every process they start (grading workers,
+# `grader` commands), as in the sandbox (ONE_THREAD_ENV): the two test processes already fill the
+# two cores, and on a busy machine torch's idle threads spin (a fresh process's first grading,
+# the checks' reference outputs, took 2.1 to 2.8 CPU s beside two busy processes, 0.35 on one
+# thread). Set before any test module imports torch, which reads it once.
+os.environ.update(ONE_THREAD_ENV)
 
 ROOT = Path(__file__).resolve().parent.parent
 SCAFFOLDS = Path(__file__).parent / "scaffolds"

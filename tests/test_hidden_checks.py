@@ -17,6 +17,7 @@ import re
 import tempfile
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 import nbformat
@@ -212,10 +213,17 @@ def _context(assignment: Assignment, probe) -> CheckContext:
     return CheckContext(assignment.rubric, assignment.master_path, probe, None, None, "not executed in this test")
 
 
+@cache
+def linear_attention() -> Assignment:
+    """The assignment, read once in each process that grades scaffolds (the session fixture
+    ``assignment`` does not reach the pool's workers): its rubric and master are only read."""
+    return Assignment("linear_attention")
+
+
 def grade_in_process(name: str) -> tuple[dict[str, Verdict], dict[str, float]]:
     """One scaffold through the harness's case code (in this process) and the real checks: its
     verdicts, and how far its outputs are from the reference (``deviation``)."""
-    assignment = Assignment("linear_attention")
+    assignment = linear_attention()
     source, _ = submission_module_source(assignment.master, as_scaffolds(assignment.master, scaffold_cell(
         assignment.master, (SCAFFOLDS / f"{name}.py").read_text())))
     # Exercise 2's case trains three models: tests/test_training_method.py runs it with mutants.
