@@ -143,8 +143,10 @@ def _hostile_folder(root: Path, template: nbformat.NotebookNode, master_path: Pa
 
 def test_discovery_refuses_links_and_odd_files_each_with_a_reason(tmp_path, assignment):
     expected = _hostile_folder(tmp_path, assignment.template, assignment.master_path)
-    found = discover([tmp_path], [PACKAGE])
-    _remove_deep(tmp_path / "deep")
+    try:
+        found = discover([tmp_path], [PACKAGE])
+    finally:
+        _remove_deep(tmp_path / "deep")
     by_entry = {s.submission_id: s for s in found}
     collided = [s for s in found if s.problem and "2 submissions have the id 'alice'" in s.problem]
     assert len(collided) == 2 and all(s.path is None for s in collided)
@@ -367,32 +369,34 @@ def hostile(tmp_path_factory, assignment):
     `grader grade` run over hostile entries, in fresh HOME, TMPDIR and working directory."""
     subs = tmp_path_factory.mktemp("hostile")
     expected = _hostile_folder(subs, assignment.template, assignment.master_path)
-    for name in HOSTILE_NAMES:
-        (subs / f"{name}.ipynb").write_text(BROKEN)
-    # Run for real: a reserved folder name holding the template with a link named like the
-    # grader's own error note, an answer that addresses the marker in look-alike letters and a
-    # later cell claiming that question; and a scaffold cell nested too deeply for the parser.
-    folder = subs / "summary.html"
-    write_notebook(_with_hostile_answer(assignment.template), (folder.mkdir() or folder / "linear_attention.ipynb"))
-    _link(folder / "internal grader error, please report it", "/etc/passwd")
-    write_notebook(_with_scaffold_prefix(assignment.template, DEEP_EXPRESSION), subs / "deep_expression.ipynb")
-    write_notebook(_extreme(assignment.template), subs / f"{EXTREME}.ipynb")
-    elsewhere = tmp_path_factory.mktemp("cli")
-    (elsewhere / "...ipynb").write_text(BROKEN)
-    home, tmp, cwd = (tmp_path_factory.mktemp(n) for n in ("home", "tmpdir", "cwd"))
-    out = tmp_path_factory.mktemp("hostile_out") / "out"
-    out.mkdir()
-    (out / OVERRIDES_FILE).write_text("summary.html-" + "0" * 8 + ":\n  x: " + "9" * 5000 + "\n")
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "TMPDIR": str(tmp), "TERM": "xterm-256color",
-           "COLUMNS": "160", "LINES": "50"}
-    watched = (subs, elsewhere, home, tmp, cwd, ROOT)
-    before = _snapshot(*watched)
-    status, terminal = _run_on_pty([str(GRADER), "grade", str(subs), str(elsewhere / "...ipynb"), "--out", str(out),
-                                    *GRADE_OPTIONS], env, cwd)
-    after = _snapshot(*watched)
-    changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
-    yield subs, out, status, terminal, changed, expected
-    _remove_deep(subs / "deep")
+    try:   # the 1100-deep tree goes whatever happens: pytest's own cleanup recurses once per level
+        for name in HOSTILE_NAMES:
+            (subs / f"{name}.ipynb").write_text(BROKEN)
+        # Run for real: a reserved folder name holding the template with a link named like the
+        # grader's own error note, an answer that addresses the marker in look-alike letters and a
+        # later cell claiming that question; and a scaffold cell nested too deeply for the parser.
+        folder = subs / "summary.html"
+        write_notebook(_with_hostile_answer(assignment.template), (folder.mkdir() or folder / "linear_attention.ipynb"))
+        _link(folder / "internal grader error, please report it", "/etc/passwd")
+        write_notebook(_with_scaffold_prefix(assignment.template, DEEP_EXPRESSION), subs / "deep_expression.ipynb")
+        write_notebook(_extreme(assignment.template), subs / f"{EXTREME}.ipynb")
+        elsewhere = tmp_path_factory.mktemp("cli")
+        (elsewhere / "...ipynb").write_text(BROKEN)
+        home, tmp, cwd = (tmp_path_factory.mktemp(n) for n in ("home", "tmpdir", "cwd"))
+        out = tmp_path_factory.mktemp("hostile_out") / "out"
+        out.mkdir()
+        (out / OVERRIDES_FILE).write_text("summary.html-" + "0" * 8 + ":\n  x: " + "9" * 5000 + "\n")
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "TMPDIR": str(tmp), "TERM": "xterm-256color",
+               "COLUMNS": "160", "LINES": "50"}
+        watched = (subs, elsewhere, home, tmp, cwd, ROOT)
+        before = _snapshot(*watched)
+        status, terminal = _run_on_pty([str(GRADER), "grade", str(subs), str(elsewhere / "...ipynb"), "--out", str(out),
+                                        *GRADE_OPTIONS], env, cwd)
+        after = _snapshot(*watched)
+        changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
+        yield subs, out, status, terminal, changed, expected
+    finally:
+        _remove_deep(subs / "deep")
 
 
 def test_the_hostile_batch_completes_and_writes_every_output(hostile):
