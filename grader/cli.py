@@ -415,8 +415,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="local: a pool of worker processes here; dask: a Dask cluster (needs the dask extra), "
                         "a LocalCluster of --workers processes unless --scheduler is given")
     p.add_argument("--scheduler", metavar="tcp://HOST:PORT",
-                   help="with --executor dask: the scheduler whose workers grade (see the README: same grader "
-                        "checkout on every worker; keep the scheduler on a private network or behind TLS)")
+                   help="with --executor dask: the scheduler whose workers grade (see docs/dask.md: the same "
+                        "grader checkout on every worker; keep the scheduler on a private network or behind TLS)")
     llm = p.add_argument_group("written answers (LLM grading; needs ANTHROPIC_API_KEY)")
     llm.add_argument("--llm", choices=("off", "live", "batch"), default="off",
                      help="off: pending_review; live: one request per answer; batch: one Message Batch "
