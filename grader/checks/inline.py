@@ -52,6 +52,7 @@ import numpy as np
 
 from grader import cells
 from grader.checks import CheckContext, Verdict, decide
+from grader.checks.compare import compare, describe
 from grader.graft import provided_imports, submission_module_source
 from grader.probe import ProbeCase
 
@@ -273,6 +274,8 @@ class _Taint:
         self.locals: dict[int, set[str]] = {}        # id(scope) -> the names bound in it
         self.scopes: list[ast.AST] = []
         self._map(tree, tree.body)
+        self.imports = {name for part in _scope_nodes(tree) if isinstance(part, (ast.Import, ast.ImportFrom))
+                        for name in _binds(part)}   # never handed to the student's code: modules
         self.tainted: dict[int, set[str]] = {id(scope): set() for scope in self.scopes}
         self.state_at: dict[int, frozenset[str]] = {}   # id(top-level node) -> the tainted names there
         safe = imported | set(dir(builtins))
@@ -392,9 +395,7 @@ class _Taint:
                     names |= _loads(part.func.value)
             elif isinstance(part, (ast.Subscript, ast.Attribute)) and isinstance(part.ctx, ast.Store):
                 names |= _loads(part.value)
-        imports = {n for part in _scope_nodes(self.tree) if isinstance(part, (ast.Import, ast.ImportFrom))
-                   for n in _binds(part)}
-        return {name for name in names if name in self.locals[id(scope)] - imports}
+        return {name for name in names if name in self.locals[id(scope)] - self.imports}
 
     def _inside(self, name: ast.Name, definition: ast.AST) -> bool:
         """Whether ``name`` resolves to ``definition``'s own scope or one nested in it."""
@@ -982,15 +983,9 @@ def _operands(site: Site, values: list[Any]) -> str:
              if not callable(values[i]) and not isinstance(values[i], type)][:3]
     arrays = [i for i in order if _as_float_array(values[i]) is not None]
     detail = ""
-    if len(arrays) >= 2:
+    if len(arrays) >= 2:   # the student's first array against the next: where and by how much
         got, expected = (_as_float_array(values[i]) for i in arrays[:2])
-        if got.shape == expected.shape and got.size and np.all(np.isfinite(got)) and np.all(np.isfinite(expected)):
-            diff = np.abs(got - expected)
-            where = np.unravel_index(int(np.argmax(diff)), diff.shape)
-            detail = (f"; max |difference| {float(diff[where]):.3g} at index {tuple(int(i) for i in where)} "
-                      f"({float(got[where]):.6g} instead of {float(expected[where]):.6g})")
-        elif got.shape != expected.shape:
-            detail = f"; shapes {tuple(got.shape)} and {tuple(expected.shape)} differ"
+        detail = "; " + describe(compare(got, expected))
     return (": " + "; ".join(shown) if shown else "") + detail
 
 
