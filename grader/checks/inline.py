@@ -979,8 +979,8 @@ def _judge_skeleton(site: Site, values: list[Any]) -> str | None:
 def _operands(site: Site, values: list[Any]) -> str:
     """What each operand was, the student's first: pytest's "where" lines, shortened."""
     order = sorted(range(len(values)), key=lambda i: not site.tainted[i])
-    shown = [f"`{site.operands[i]}` is {_summary(values[i])}" for i in order
-             if not callable(values[i]) and not isinstance(values[i], type)][:3]
+    shown = [f"`{site.operands[i]}` is {_summary(values[i])}" for i in order   # not functions, nor literals
+             if not callable(values[i]) and not isinstance(values[i], type) and site.operands[i] != repr(values[i])][:3]
     arrays = [i for i in order if _as_float_array(values[i]) is not None]
     detail = ""
     if len(arrays) >= 2:   # the student's first array against the next: where and by how much
