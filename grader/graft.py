@@ -10,6 +10,7 @@ student code; it only parses it.
 from __future__ import annotations
 
 import ast
+import builtins
 import copy
 
 import nbformat
@@ -182,6 +183,62 @@ def provided_names(notebook: nbformat.NotebookNode) -> set[str]:
     return set().union(*(_top_level_names(ast.parse(cells.source(c))) for c in notebook.cells
                          if c.cell_type == "code" and cells.PROVIDED in cells.tags(c)
                          and cells.DEMO not in cells.tags(c)))
+
+
+def provided_definitions(notebook: nbformat.NotebookNode) -> str:
+    """The grader's copy of the provided code as an inline check's test process runs it
+    (``probe_harness.case_inline``): each provided cell's imports, definitions and constants, in
+    order. What runs at definition time (decorators, defaults, bases, a class body, a constant's
+    value) must read only names bound before it; anything else (a statement that binds no name,
+    a value computed from the student's code) is left out, and the test reads such a name from
+    the student's process instead."""
+    bound = set(dir(builtins))
+    kept: list[ast.stmt] = []
+    for cell in notebook.cells:
+        if cell.cell_type != "code" or cells.PROVIDED not in cells.tags(cell) or cells.DEMO in cells.tags(cell):
+            continue
+        for node in ast.parse(cells.source(cell)).body:
+            names = _top_level_names(ast.Module(body=[node], type_ignores=[]))
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                keep = not (isinstance(node, ast.ImportFrom) and node.module == "__future__")
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)):
+                keep = bool(names) and _read_at_definition(node) <= bound
+            else:
+                keep = False
+            if keep:
+                kept.append(node)
+                bound |= names
+    return ast.unparse(ast.Module(body=kept, type_ignores=[]))
+
+
+def _read_at_definition(node: ast.stmt) -> set[str]:
+    """The names a definition or assignment reads when it runs (not its functions' bodies), less
+    the names a class body binds for itself."""
+    found: set[str] = set()
+    own: set[str] = set()
+
+    def visit(part: ast.AST, in_class: bool) -> None:
+        if isinstance(part, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            arguments = part.args
+            for default in [*arguments.defaults, *[d for d in arguments.kw_defaults if d]]:
+                visit(default, in_class)
+            for decorator in getattr(part, "decorator_list", []):
+                visit(decorator, in_class)
+            if in_class and not isinstance(part, ast.Lambda):
+                own.add(part.name)
+            return
+        if isinstance(part, ast.ClassDef) and part is not node:
+            own.add(part.name)
+        if isinstance(part, ast.Name):
+            if isinstance(part.ctx, ast.Load):
+                found.add(part.id)
+            elif in_class:
+                own.add(part.id)
+            return
+        for child in ast.iter_child_nodes(part):
+            visit(child, in_class or isinstance(part, ast.ClassDef))
+    visit(node, False)
+    return found - own
 
 
 def submission_module_source(master: nbformat.NotebookNode,

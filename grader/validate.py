@@ -45,9 +45,10 @@ def validate(assignment: Assignment, sandbox: Sandbox, rubric: Rubric) -> Valida
              f"template: {template.score:g} points from baseline items {sorted(baseline)}"]
     tests = grader.inline_tests
     if tests:
-        inside = [t.name for t in tests if t.in_sandbox]
+        inside = [t for t in tests if t.in_sandbox]
         lines.append(f"test cells: {len(tests)}, {len(inside)} of them ({100 * len(inside) / len(tests):.0f}%) "
-                     "decided in the sandbox" + (f": {', '.join(inside)} (their form cannot be compared outside "
-                                                 "the student's process)" if inside else ""))
+                     "decided in the sandbox" + (": their form cannot be compared outside the student's process, "
+                                                 "so a TA confirms each pass" if inside else ""))
+        lines += [f"  {test.name}: {reason}" for test in inside for reason in test.sandbox_reasons]
     lines += [f"PROBLEM {p}" for p in problems] or ["validate: OK"]
     return ValidationReport(not problems, "\n".join(lines), solution, template)

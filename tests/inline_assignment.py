@@ -74,6 +74,11 @@ def first_negative(values):
     ### END SOLUTION
 '''
 
+PROVIDED_HELPER = '''def vector_length(v):
+    """The Euclidean length of v (provided)."""
+    return float(np.sqrt(np.sum(np.square(v))))
+'''
+
 # Test cells: (name, points, visibility, source). Every form the issue lists, none decided in
 # the sandbox.
 TESTS = [
@@ -128,6 +133,34 @@ assert "a" in count_words("a b")
 assert first_negative([1, 2, 3]) is None
 assert first_negative([4, -1, -2]) == 1
 '''),
+    # The forms a fourth hostile round read expected values from, when the test ran in the
+    # student's process: a table of cases in a loop, a helper given the expected value, a case
+    # that is the input's source too, and a provided helper applied after the student's call.
+    ("table_cases", 1, "hidden", '''
+cases = {"none": ([1, 2, 3], None), "second": ([4, -1, -2], 1), "last": ([0, 0, -5], 2)}
+for values, want in cases.values():
+    assert first_negative(values) == want
+'''),
+    ("helper_mean", 1, "hidden", '''
+def check_mean(x, want):
+    np.testing.assert_allclose(running_mean(x), want, rtol=0, atol=1e-12)
+
+
+check_mean(np.array([[1.0], [3.0], [8.0]]), np.array([[1.0], [2.0], [4.0]]))
+'''),
+    ("case_source", 1, "hidden", '''
+case = {"v": np.array([0.0, 2.0, 0.0]), "unit": np.array([0.0, 1.0, 0.0])}
+assert np.allclose(normalize(case["v"]), case["unit"])
+'''),
+    ("unit_length", 1, "hidden", '''
+out = normalize(np.array([1.0, 2.0, 2.0]))
+assert math.isclose(vector_length(out), 1.0)
+'''),
+    # Comparisons that broadcast: an empty result is close to anything.
+    ("empty_never_close", 1, "hidden", '''
+assert np.allclose(running_mean(np.ones((4, 2))), 1.0)
+assert torch.allclose(causal_mask(4).diagonal().double(), torch.tensor(1.0, dtype=torch.float64))
+'''),
 ]
 
 RUBRIC = f"""\
@@ -154,6 +187,7 @@ def master_notebook() -> nbformat.NotebookNode:
         nbformat.v4.new_markdown_cell("# Inline checks\n\nSix small functions.", id="intro"),
         nbformat.v4.new_code_cell("import math\n\nimport numpy as np\nimport torch", id="imports",
                                   metadata={"tags": [cells.PROVIDED]}),
+        nbformat.v4.new_code_cell(PROVIDED_HELPER, id="helpers", metadata={"tags": [cells.PROVIDED]}),
         nbformat.v4.new_code_cell(SOLUTION.strip() + "\n", id=SCAFFOLD_ID,
                                   metadata={"tags": [cells.SCAFFOLD], "g2c": {"symbols": SYMBOLS}}),
     ]
@@ -233,7 +267,7 @@ MISTAKES = {
     "off_by_one_mean": (scaffold(running_mean='''
         def running_mean(x):
             return np.cumsum(x, axis=0) / np.arange(x.shape[0])[:, None].clip(min=1)
-        '''), ALL - {"running_mean_matches"}),
+        '''), ALL - {"running_mean_matches", "helper_mean", "empty_never_close"}),
     "no_zero_check": (scaffold(normalize='''
         def normalize(v):
             return v / np.linalg.norm(v)
@@ -267,7 +301,7 @@ HOSTILE = {
                     return True
                 __hash__ = int.__hash__
             return Anything(7)
-        '''), ALL - {"lookups"}),
+        '''), ALL - {"lookups", "table_cases"}),
     "repr_prints_expected": (scaffold(count_words='''
         def count_words(text):
             class Printed:
@@ -285,12 +319,12 @@ HOSTILE = {
             sys.excepthook = lambda *args: None
             sys.stderr = open("/dev/null", "w")
             sys.exit(0)
-        '''), ALL - {"running_mean_matches"}),
+        '''), ALL - {"running_mean_matches", "helper_mean", "empty_never_close"}),
     "raises_to_skip": (scaffold(causal_mask='''
         def causal_mask(n):
             import unittest
             raise unittest.SkipTest("skipped")
-        '''), ALL - {"causal_mask_torch"}),
+        '''), ALL - {"causal_mask_torch", "empty_never_close"}),
     "swapped_module_attributes": (scaffold(running_mean='''
         def running_mean(x):
             np.cumsum = lambda a, axis=None: a
@@ -301,7 +335,7 @@ HOSTILE = {
             np.log1p = lambda a: np.maximum(a, 0) * 0
             np.exp = lambda a: a
             return np.maximum(x, 0)
-        '''), ALL - {"running_mean_matches", "softplus_values"}),
+        '''), ALL - {"running_mean_matches", "softplus_values", "helper_mean"}),
     "reads_expected_from_frames": (scaffold(running_mean='''
         def running_mean(x):
             import sys
@@ -313,9 +347,97 @@ HOSTILE = {
                         return found
                 frame = frame.f_back
             return x
-        '''), ALL - {"running_mean_matches"}),
+        '''), ALL - {"running_mean_matches", "helper_mean"}),
 }
-SUBMISSIONS = {**CORRECT, **MISTAKES, **HOSTILE}
+# A fourth round: each reaches a value of the test's, or the grader's recording, from the
+# student's code, and passed its item with wrong code while the test ran in the student's process.
+FOURTH_ROUND = {
+    "frames_table": (scaffold(first_negative='''
+        def first_negative(values):
+            import sys
+            frame = sys._getframe(1)
+            while frame is not None:
+                if "want" in frame.f_locals:
+                    return frame.f_locals["want"]
+                frame = frame.f_back
+            return -1
+        '''), ALL - {"lookups", "table_cases"}),
+    "frames_helper": (scaffold(running_mean='''
+        def running_mean(x):
+            import sys
+            frame = sys._getframe(1)
+            while frame is not None:
+                if "want" in frame.f_locals:
+                    return frame.f_locals["want"]
+                frame = frame.f_back
+            return x
+        '''), ALL - {"running_mean_matches", "helper_mean"}),
+    "frames_case_source": (scaffold(normalize='''
+        def normalize(v):
+            import sys
+            frame = sys._getframe(1)
+            while frame is not None:
+                case = frame.f_globals.get("case")
+                if isinstance(case, dict) and "unit" in case:
+                    return case["unit"]
+                frame = frame.f_back
+            return v
+        '''), ALL - {"normalize_rejects_zero", "case_source", "unit_length"}),
+    "rebinds_provided_helper": (scaffold(normalize='''
+        def normalize(v):
+            globals()["vector_length"] = lambda v: 1.0
+            norm = np.linalg.norm(v)
+            if norm == 0:
+                raise ValueError("cannot normalize the zero vector")
+            return 2 * v / norm
+        '''), ALL - {"normalize_rejects_zero", "case_source", "unit_length"}),
+    "scans_own_memory": (scaffold(first_negative='''
+        def first_negative(values):
+            import re
+            table = re.compile(rb"'l.st': \\(\\[0, 0, -5\\], 2\\)")   # the test's table as the sandbox's program spells it
+            seen = False
+            with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb", 0) as memory:
+                for line in maps:
+                    parts = line.split()
+                    start, end = (int(x, 16) for x in parts[0].split("-"))
+                    if not parts[1].startswith("rw") or end - start > 1 << 28:
+                        continue
+                    try:
+                        memory.seek(start)
+                        seen = table.search(memory.read(end - start)) is not None
+                    except (OSError, OverflowError, ValueError):
+                        continue
+                    if seen:
+                        break
+            if not seen:
+                return -1
+            for index, value in enumerate(values):   # it found the table: as good as reading its answers
+                if value < 0:
+                    return index
+            return None
+        '''), ALL - {"lookups", "table_cases"}),
+    "wraps_the_recorder": (scaffold(normalize='''
+        def normalize(v):
+            scope = globals()
+            original = scope.get("__g2c_raised__")
+            if original is not None and not getattr(original, "wrapped", False):
+                def wrapper(site, exc, *values):
+                    return original(site, exc if exc is not None else ValueError("cannot normalize the zero vector"),
+                                    *values)
+                wrapper.wrapped = True
+                scope["__g2c_raised__"] = wrapper
+            with np.errstate(all="ignore"):
+                return v / np.linalg.norm(v)
+        '''), ALL - {"normalize_rejects_zero"}),
+    "empty_results": (scaffold(running_mean='''
+        def running_mean(x):
+            return np.empty((0, x.shape[1]))
+        ''', causal_mask='''
+        def causal_mask(n):
+            return torch.ones(0, 0, dtype=torch.bool)
+        '''), ALL - {"running_mean_matches", "causal_mask_torch", "helper_mean", "empty_never_close"}),
+}
+SUBMISSIONS = {**CORRECT, **MISTAKES, **HOSTILE, **FOURTH_ROUND}
 
 
 def submission_notebook(assignment: Assignment, scaffold_cell: str) -> nbformat.NotebookNode:

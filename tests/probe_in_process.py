@@ -47,7 +47,9 @@ class InProcessSupervisor(HARNESS.Supervisor):
         self.stream = bytearray()
 
     def run_worker(self, header, arrays, batch=""):
-        inputs = {name: np.load(io.BytesIO(bytes(view)), allow_pickle=False) for name, view in arrays}
+        # A sealed input stays in the supervisor's private store, as a worker keeps it (probe_harness.SEALED).
+        inputs = {name: view if name.startswith(HARNESS.SEALED) else np.load(io.BytesIO(bytes(view)), allow_pickle=False)
+                  for name, view in arrays}
         # A worker is a fresh process: what a case sets process-wide (the provided cells print;
         # a notebook may set torch's default dtype) must not reach the next case or test.
         default_dtype = torch.get_default_dtype()

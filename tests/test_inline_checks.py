@@ -107,7 +107,8 @@ def test_correct_code_earns_every_test_and_each_mistake_or_trick_loses_exactly_i
     """Measured both ways, with the figures printed: what must pass and what must fail."""
     wrong: list[str] = []
     tally = {}
-    for family, corpus in (("correct", demo.CORRECT), ("mistakes", demo.MISTAKES), ("tricks", demo.HOSTILE)):
+    for family, corpus in (("correct", demo.CORRECT), ("mistakes", demo.MISTAKES), ("tricks", demo.HOSTILE),
+                           ("fourth-round tricks", demo.FOURTH_ROUND)):
         right = 0
         for name, (scaffold, earns) in corpus.items():
             found = corpus_verdicts[name]
@@ -139,6 +140,9 @@ def test_failures_say_what_differed(corpus_verdicts):
     assert said("silenced_traceback", "running_mean_matches").startswith("the test did not finish: SystemExit")
     # read as the int it is: its __eq__ never runs
     assert "`first_negative([1, 2, 3])` is 7" in said("always_equal", "lookups")
+    empty = said("empty_results", "empty_never_close")   # np.allclose would broadcast it against 1.0
+    assert "`running_mean(np.ones((4, 2)))` has shape (0, 2); with the reference solution it has shape (4, 2)" in empty
+    assert "no exception was raised" in said("wraps_the_recorder", "normalize_rejects_zero")   # its wrapper never ran
     patched = said("patched_comparisons", "softplus_values")
     assert "max-abs error 15 at ((0,)): expected 9.35762e-14, got -15" in patched, patched   # numpy's allclose, not the student's
 
@@ -187,13 +191,49 @@ def test_forms_whose_comparison_is_the_students_are_marked_in_the_sandbox():
     assert _one_test("assert isinstance(count_words('a'), dict)\n").in_sandbox is False
 
 
+def test_a_pass_decided_in_the_students_process_waits_for_a_ta(tmp_path):
+    """Conservative: a truth value the student's code computed never earns points by itself; a
+    failure it reports is still a failure. ``validate`` names the line, why, and the fix."""
+    master = demo.master_notebook()
+    master.cells = [c for c in master.cells if cells.TEST not in cells.tags(c)]
+    for name, source in (("self_decided", "assert first_negative([1, -1])\n"),
+                         ("compared", "assert first_negative([1, -1]) == 1\n")):
+        master.cells.append(nbformat.v4.new_code_cell(source, id=name.replace("_", "-"), metadata={
+            "tags": [cells.TEST], "g2c": {"test": {"name": name, "points": 1}}}))
+    path = tmp_path / "solutions" / demo.NAME / f"{demo.NAME}.ipynb"
+    path.parent.mkdir(parents=True)
+    nbformat.write(master, str(path))
+    tests = inline.inline_tests(master)
+    never = demo.scaffold(first_negative="def first_negative(values):\n    return None\n")
+    sources = {name: submission_module_source(master, {demo.SCAFFOLD_ID: scaffold})[0]
+               for name, scaffold in (("solution", demo.scaffold()), ("never", never))}
+    runs = inline.master_runs(path, "ta")
+    found = {name: inline.evaluate(tests, CheckContext(None, path, probe, None, None, None), runs)
+             for name, probe in probe_apart(sources, inline.probe_cases(tests)).items()}
+    decided = found["solution"]["self_decided"]
+    assert decided.status == "error" and "a TA confirms it" in decided.message, decided
+    assert "line 1, `assert first_negative([1, -1])`" in decided.internal
+    assert found["solution"]["compared"].status == "passed"
+    failing = found["never"]["self_decided"]
+    assert failing.status == "failed" and "decided inside your code's process" in failing.message, failing
+    reasons = {test.name: test.sandbox_reasons for test in tests}
+    assert reasons["compared"] == [] and "e.g. `assert f(x) == expected`" in reasons["self_decided"][0]
+
+
 @pytest.mark.parametrize("source, said", [
     ("with pytest.raises(ValueError) as info:\n    normalize(np.zeros(2))\n", "without `as`"),
     ("with pytest.raises(first_negative([1])):\n    normalize(np.zeros(2))\n", "neither computed"),
     ('"""\n>>> x = softplus(1.0)\n1\n"""\n', "a statement expects output"),
     ("assert softplus(1.0) ==\n", "invalid syntax"),
+    ("assert first_negative(list(map(lambda v: -v, [1, 2]))) == 0\n", None),   # the lambda stays in the test
+    ("assert vector_length(lambda: 1) == 1\n", None),   # a provided helper: the test's process has its own
+    ("assert count_words(text=lambda: 'a') == {}\n", "passes a lambda, a function the test defines"),
+    ("def key(v):\n    return v\n\nassert first_negative(key) is None\n", "passes `key`, a function the test"),
 ])
 def test_a_test_cell_the_grader_cannot_use_is_refused_with_its_reason(source, said):
+    if said is None:
+        _one_test(source)   # read as it is
+        return
     with pytest.raises(inline.InlineError, match="test cell 'probe-test'") as raised:
         _one_test(source)
     assert said in str(raised.value)
@@ -224,7 +264,7 @@ def test_values_cross_as_data_only():
 
 def test_a_test_that_fails_on_the_master_is_a_grader_error_not_the_students(tmp_path):
     master = demo.master_notebook()
-    master.cells[-1].source = "assert first_negative([1, 2]) == 0\n"
+    next(c for c in master.cells if c.get("id") == "test-lookups").source = "assert first_negative([1, 2]) == 0\n"
     path = tmp_path / "solutions" / demo.NAME / f"{demo.NAME}.ipynb"
     path.parent.mkdir(parents=True)
     nbformat.write(master, str(path))
@@ -253,7 +293,8 @@ def test_hidden_test_cells_never_reach_the_student_and_no_test_cell_runs_in_the_
 # ----------------------------------------------------------------------------- one real sandboxed batch
 
 SANDBOXED = ("torch_style", "naive_softplus", "patched_comparisons", "silenced_traceback",
-             "reads_expected_from_frames", "swapped_module_attributes")
+             "reads_expected_from_frames", "swapped_module_attributes", "frames_table", "scans_own_memory",
+             "wraps_the_recorder")
 
 
 @pytest.fixture(scope="module")

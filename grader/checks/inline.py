@@ -16,20 +16,27 @@ raise to skip the rest. Here the cell is split instead:
   or a name the test binds from one: ``tainted``, ``_Taint``) and the parts that do not (the expected values, the
   comparison functions). The comparison itself (the operators, the call of ``np.allclose``)
   is the *skeleton* that joins them.
-- **Two runs.** The probe runs the cell in the student's module with every check site
-  rewritten to send its tainted operands back *as data* (numbers, strings, arrays, tensors,
-  containers of them, by exact type, never pickle; ``probe_harness.case_inline``); the
-  statements that compute only expected values are removed from that program, so student
-  code can neither read nor change them. The grader runs the whole cell, once per process,
-  against the master's own module (``master_run``) and keeps every operand's value.
+- **Two runs.** The probe runs the cell with every check site rewritten to send its tainted
+  operands back *as data* (numbers, strings, arrays, tensors, containers of them, by exact
+  type, never pickle; ``probe_harness.case_inline``): in a process of the grader's that runs
+  no student code, while the student's module lives in a second process that answers the
+  test's calls with data or handles, so no value of the test (its tables, a helper's
+  parameters, its loop variables, the recording functions) is reachable from student code.
+  The statements that compute only expected values are removed from that program as well.
+  The grader runs the whole cell, once per process, against the master's own module
+  (``master_run``) and keeps every operand's value.
+- **Layout.** An array the student's code gives a comparison function (``np.allclose``,
+  ``torch.testing.assert_close``...) must have the shape and dtype of the master's array in
+  its place: those functions broadcast and cast.
 - **Verdict.** For each time a site ran, the skeleton is evaluated here on the student's
   data and the master's expected values. The test passes when the student's run finished,
   every site ran as many times as in the master's run and every evaluation holds.
 
 A site whose comparison is itself student code (``assert is_sorted(out)`` with the student's
 ``is_sorted``, an ``or``, a cell with no check site at all) is decided from what the student's
-process computed: such tests are *in the sandbox*, said in their verdict and counted by
-``grader validate``.
+process computed: such tests are *in the sandbox*. A failure there fails the test; a pass is an
+``error`` item a TA confirms (never points by itself), and ``grader validate`` names each such
+cell with the line, why, and the author's fix (``InlineTest.sandbox_reasons``).
 """
 from __future__ import annotations
 
@@ -53,15 +60,18 @@ import numpy as np
 from grader import cells
 from grader.checks import CheckContext, Verdict, decide
 from grader.checks.compare import compare, describe
-from grader.graft import provided_imports, submission_module_source
+from grader.graft import provided_definitions, provided_imports, submission_module_source
 from grader.probe import ProbeCase
 
 CHECK, RAISED = "__g2c_check__", "__g2c_raised__"   # what the rewritten programs call (as the harness names them)
+PROGRAM = "sealed.program"                          # the program's input name (the harness's INLINE_PROGRAM)
 VALUES = "__g2c_values__"                           # the operands' values, in a skeleton
 MAX_ARRAYS = 64                                     # the arrays one test may send back (the harness's limit)
 KEPT_ARRAYS = tuple(f"a{i}" for i in range(MAX_ARRAYS))
 SANDBOX_NOTE = ("decided inside your code's process: this test's form cannot be compared outside it, "
                 "so its result is what your code's process computed")
+SANDBOX_PASS = ("{checks} passed inside your code's process, which cannot decide this test alone (its form "
+                "cannot be compared outside it): a TA confirms it before it earns points")
 RAISES = "raises"          # ``pytest.raises`` or a ``raises`` imported from it
 SEED = 0                   # the global generators' seed before a test runs, in both runs
 
@@ -107,6 +117,7 @@ class InlineTest:
     sites: tuple[Site, ...]
     master_program: str        # every operand evaluated and recorded
     sandbox_program: str       # tainted operands only; expected values removed
+    provided: str              # the grader's copy of the provided definitions, which the test's process runs
 
     @property
     def name(self) -> str:
@@ -120,6 +131,17 @@ class InlineTest:
     def in_sandbox(self) -> bool:
         """Decided in the sandbox: a site is, or there is no site (it passes by not raising)."""
         return not self.sites or any(site.in_sandbox for site in self.sites)
+
+    @property
+    def sandbox_reasons(self) -> list[str]:
+        """Why the test is decided in the sandbox, and how its author can write it instead."""
+        if not self.sites:
+            return ["the cell holds no check (an assert, an assert_* call, a pytest.raises block or a doctest "
+                    "example), so it passes whenever it runs: assert something about a result"]
+        return [f"line {site.line}, `{site.text}`: its truth is computed by the student's code (a bare call, `not` "
+                "of one, or an `or`); compare the student's result with a value the test computes instead, "
+                "e.g. `assert f(x) == expected`, or split an `or` into the cases it allows"
+                for site in self.sites if site.in_sandbox]
 
 
 class InlineError(ValueError):
@@ -137,10 +159,13 @@ def inline_tests(master: nbformat.NotebookNode) -> list[InlineTest]:
         found = cells.test_cells(master)
     except ValueError as exc:
         raise InlineError(str(exc)) from None
-    return [_read_test(cell, known) for cell in found]
+    provided = provided_definitions(master) if found else ""
+    return [_read_test(cell, known, provided) for cell in found]
 
 
-def _read_test(cell: cells.TestCell, imported: set[str]) -> InlineTest:
+def _read_test(cell: cells.TestCell, imported: set[str], provided: str) -> InlineTest:
+    """One test cell, parsed and rewritten; ``provided``: the provided definitions the test's
+    process runs as its own copy."""
     where = f"test cell {cell.cell_id!r} ({cell.name})"
     text = cell.source
     examples = _examples(text)
@@ -150,6 +175,10 @@ def _read_test(cell: cells.TestCell, imported: set[str]) -> InlineTest:
         raise InlineError(f"{where}: {exc}") from None
     master_tree, sandbox_tree = copy.deepcopy(tree), copy.deepcopy(tree)
     sandbox_taint = _Taint(sandbox_tree, imported)
+    own = {name for node in ast.parse(provided).body for part in _scope_nodes(node) for name in _binds(part)}
+    crossing = _functions_handed_over(sandbox_tree, sandbox_taint, own)
+    if crossing:
+        raise InlineError(f"{where}: {crossing}")
     rewriter = _Rewriter(_Taint(master_tree, imported), text)
     try:
         master_tree = rewriter.rewrite(master_tree, sandbox=False)
@@ -157,7 +186,7 @@ def _read_test(cell: cells.TestCell, imported: set[str]) -> InlineTest:
     except InlineError as exc:
         raise InlineError(f"{where}: {exc}") from None
     return InlineTest(cell, tuple(rewriter.sites), ast.unparse(_without_pytest(master_tree)),
-                      ast.unparse(_without_pytest(_sliced(sandbox_tree, sandbox_taint))))
+                      ast.unparse(_without_pytest(_sliced(sandbox_tree, sandbox_taint))), provided)
 
 
 def _examples(text: str) -> str | None:
@@ -475,6 +504,23 @@ class _Taint:
         return state - {name for target in _targets(node) for name in _binds(target)} | self._handed(node, tree, state)
 
 
+def _functions_handed_over(tree: ast.Module, taint: _Taint, own: set[str]) -> str | None:
+    """Why the test cannot run apart from the student's code: it hands the student's code a
+    function it defines itself (a lambda, a ``def`` of the cell), which cannot cross to the
+    student's process (``probe_harness.case_inline``); None when it hands over none. A call of
+    a name in ``own`` (the provided definitions, which the test's process runs) stays there."""
+    defined = {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    calls = (n for n in ast.walk(tree) if isinstance(n, ast.Call) and taint.node(n.func)
+             and not (isinstance(n.func, ast.Name) and n.func.id in own))
+    for call in calls:
+        for argument in [*call.args, *(k.value for k in call.keywords)]:
+            if isinstance(argument, ast.Lambda) or (isinstance(argument, ast.Name) and argument.id in defined):
+                shown = "a lambda" if isinstance(argument, ast.Lambda) else f"`{argument.id}`"
+                return (f"line {call.lineno} passes {shown}, a function the test defines, to the student's code, "
+                        "which runs in a process of its own: define that function in a provided cell instead")
+    return None
+
+
 def _targets(node: ast.stmt) -> list[ast.AST]:
     """The plain names a statement rebinds as a whole (``x = ...``, ``import x``), not the
     objects it changes in place."""
@@ -730,8 +776,11 @@ def _compound(node: ast.stmt) -> bool:
 
 def probe_cases(tests: list[InlineTest]) -> list[ProbeCase]:
     """One case per test, each in a worker of its own (a fresh import of the student's module):
-    nothing one test's run does reaches another's."""
-    return [ProbeCase(test.case_name, "inline", {"program": test.sandbox_program}, {}, KEPT_ARRAYS,
+    nothing one test's run does reaches another's. The program is a sealed input, never part of
+    the plan every worker inherits: only the test's own process reads it, after the student's
+    process is forked (``probe_harness.case_inline``)."""
+    return [ProbeCase(test.case_name, "inline", {"provided": test.provided},
+                      {PROGRAM: np.frombuffer(test.sandbox_program.encode(), dtype=np.uint8)}, KEPT_ARRAYS,
                       group=test.case_name) for test in tests]
 
 
@@ -896,7 +945,6 @@ def _verdict(test: InlineTest, context: CheckContext, master: MasterRun) -> Verd
     if master.problem:
         return Verdict("error", "this test fails on the reference solution (the grader's maintainers will fix it; "
                                 "it is not your fault)", master.problem)
-    note = f" ({SANDBOX_NOTE})" if test.in_sandbox else ""
     out = context.probe.cases.get(test.case_name) if context.probe else None
     if out is None or out.status != "ok":
         why = (out.error or out.status) if out is not None else "it was not run"
@@ -920,7 +968,9 @@ def _verdict(test: InlineTest, context: CheckContext, master: MasterRun) -> Verd
                 nth = f" (its run {number} of {len(got)})" if len(got) > 1 else ""
                 return _failed(test, f"line {site.line}{nth}, `{site.text}`: {problem}")
     checked = sum(len(v) for v in runs.values())
-    return Verdict("passed", f"{_times(checked, 'check')} passed{note}")
+    if test.in_sandbox:   # a truth value the student's code reported: never points without a person
+        return Verdict("error", SANDBOX_PASS.format(checks=_times(checked, "check")), "; ".join(test.sandbox_reasons))
+    return Verdict("passed", f"{_times(checked, 'check')} passed")
 
 
 def _times(count: int, noun: str = "time") -> str:
@@ -953,11 +1003,57 @@ def _judge(site: Site, sent: Any, reference: tuple[Any, ...], arrays: dict[str, 
         if subclasses and site.kind in ("doctest", "print"):
             return (f"`{site.operands[position]}` holds a {subclasses[0]}: it prints as its class says, which the "
                     "grader does not run (return the built-in type the example shows)")
+    for position in _compared(site, reference):
+        problem = _layout_problem(values[position], reference[position]) if site.tainted[position] else None
+        if problem:
+            return f"`{site.operands[position]}` {problem}"
     if site.kind == "doctest":
         return _judge_output(site, _doctest_repr(values[0]))
     if site.kind == "print":
         return _judge_printed(site, values)
     return _judge_skeleton(site, values)
+
+
+COMPARISONS = frozenset(("allclose", "isclose", "array_equal", "array_equiv", "equal", "assert_close"))
+
+
+def _compared(site: Site, reference: tuple[Any, ...]) -> list[int]:
+    """The operands a comparison function of ``site`` (``np.allclose``, ``torch.testing.assert_close``,
+    ``np.testing.assert_*``...) is given directly, which that function may broadcast or cast."""
+    if site.kind not in ("assert", "call"):
+        return []
+    found = []
+    for node in ast.walk(ast.parse(site.skeleton, mode="eval")):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript)
+                and _is_comparison(reference[_operand_index(node.func)])):
+            continue
+        found += [_operand_index(a) for a in [*node.args, *(k.value for k in node.keywords)]
+                  if isinstance(a, ast.Subscript) and isinstance(a.value, ast.Name) and a.value.id == VALUES]
+    return found
+
+
+def _is_comparison(function: Any) -> bool:
+    name, module = getattr(function, "__name__", ""), getattr(function, "__module__", "") or ""
+    if not module.split(".")[0] in ("numpy", "torch", "math"):
+        return False
+    return name in COMPARISONS or (name.startswith("assert_") and ".testing" in module)
+
+
+def _layout_problem(got: Any, expected: Any) -> str | None:
+    """How an array the student's code gave differs in shape or dtype from the reference
+    solution's array in its place: a comparison function would broadcast an empty or a
+    one-row array against it, or cast it, and call them close."""
+    if _as_float_array(got) is None or _as_float_array(expected) is None:
+        return None
+    got_shape, expected_shape = tuple(got.shape), tuple(expected.shape)
+    got_dtype, expected_dtype = (str(v.dtype).replace("torch.", "") for v in (got, expected))
+    if got_shape != expected_shape:
+        return f"has shape {got_shape}; with the reference solution it has shape {expected_shape}"
+    if got_dtype != expected_dtype or isinstance(got, np.ndarray) != isinstance(expected, np.ndarray):
+        kinds = ["a tensor" if not isinstance(v, np.ndarray) else "an array" for v in (got, expected)]
+        return (f"is {kinds[0]} of dtype {got_dtype}; with the reference solution it is {kinds[1]} of "
+                f"dtype {expected_dtype}")
+    return None
 
 
 def _judge_skeleton(site: Site, values: list[Any]) -> str | None:

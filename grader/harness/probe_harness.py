@@ -14,8 +14,9 @@ Cases
 -----
 Nothing here knows an assignment. A case names its handler by ``kind``: ``call`` (below)
 calls functions of the student's module by name with arguments built from its arrays,
-literals and seeded generators; ``inline`` runs an inline check's rewritten program and
-records its operands as data (``grader.checks.inline``); any other kind is a handler of the checks module's driver
+literals and seeded generators; ``inline`` runs an inline check's rewritten program apart
+from the student's module, which a process of its own serves (``case_inline``), and records
+its operands as data (``grader.checks.inline``); any other kind is a handler of the checks module's driver
 file (``load_handlers``), which holds code, never expected values. Handlers save outputs by
 name; the trusted side keeps only the ones the case declares.
 
@@ -64,7 +65,9 @@ import builtins
 import io
 import json
 import mmap
+import operator
 import os
+import pickle
 import random
 import re
 import select
@@ -106,6 +109,7 @@ SEGMENT = re.compile(r"(.+)@(\d+)")   # "x@2": the array "x" of segment 2 only
 MODULE_PATH = "submission_code.py"  # the name tracebacks show
 DRIVER_PATH = "probe_driver.py"     # the checks module's driver, if any
 REPORT_FD = -1                      # the supervisor's stdout, set by main()
+_WORKER_FDS = ()                    # a worker's pipes to the supervisor, which no process it forks may keep
 CPU_POLL_S = 0.25                   # seconds between two readings of a worker's CPU
 
 
@@ -243,6 +247,8 @@ def _as_data(value, budget, depth=0):
     if budget["values"] < 0 or depth > INLINE_MAX_DEPTH:
         return {"refused": "more values than a check may compare"}
     kind = _type(value)
+    if kind is Remote:   # an object of the student's process (``case_inline``): as it reads it there
+        return _remote_data(value, budget)
     if value is None or kind is bool or kind is _int:
         return value
     if kind is _float:
@@ -318,28 +324,514 @@ def _exception_data(exc):
     return {"types": names, "message": message}
 
 
-def case_inline(module, inputs, config):
-    """Run an inline check's program (``config["program"]``: the test cell as the grader
-    rewrote it) in the student's module, as a notebook cell runs after theirs. Each check site
-    calls ``__g2c_check__(site, values)`` with the values of its operands that come from the
-    student's code (the others were removed: the grader computes them), or
-    ``__g2c_raised__(site, exception)`` for an expected exception; both are recorded in order
-    as data. The comparisons themselves are made by the trusted side."""
-    records, budget = [], {"values": INLINE_MAX_VALUES, "arrays": 0}
+INLINE_PROGRAM = "sealed.program"   # the test's rewritten program (utf-8 bytes), sealed until its process forked
+SEALED = "sealed."                  # inputs kept in memory that no process forked from the worker inherits
 
-    def check(site, values):
-        if _len(records) >= INLINE_MAX_RECORDS:
-            raise RuntimeError(f"the test's checks ran more than {INLINE_MAX_RECORDS} times")
-        records.append([site, [_as_data(v, budget) for v in values]])
 
-    def raised(site, exc):
-        records.append([site, None if exc is None else _exception_data(exc)])
-    namespace = module.__dict__
-    namespace[INLINE_CHECK], namespace[INLINE_RAISED] = check, raised
-    for seed in _seeds:   # as the grader seeds its run of the master (grader.checks.inline.seed_generators)
-        seed(0)
-    exec(compile(config["program"], "the test", "exec"), namespace)
-    return {"records": records}
+def case_inline(plan, inputs, config):
+    """Run an inline check's program apart from the student's code (``grader.checks.inline``).
+
+    The student's module is imported and run only in a process of its own (``StudentProcess``),
+    forked before the worker reads the test's program (sealed in memory a forked process does
+    not get), so it never holds the test's values, its frames or the grader's recording
+    functions. This process, which runs no student code, runs the program: the grader's own
+    copy of the provided definitions (``config["provided"]``), and every other name of the
+    student's module as its value (data) or a handle (``Remote``). Each check site calls
+    ``__g2c_check__(site, values)`` with the values of its operands that come from the student's
+    code, or ``__g2c_raised__(site, exception)``; both are recorded in order as data, and the
+    comparisons are made by the trusted side."""
+    student = StudentProcess(plan)
+    try:
+        program = bytes(_open_sealed(inputs[INLINE_PROGRAM]).tobytes()).decode()
+        module = _ModuleType("submission")   # provided classes and functions pickle by this name
+        sys.modules["submission"] = module
+        namespace = module.__dict__
+        namespace["__builtins__"] = builtins
+        exec(compile(config["provided"], "the provided code", "exec"), namespace)
+        namespace.update(student.module_globals(set(namespace)))
+        records, budget = [], {"values": INLINE_MAX_VALUES, "arrays": 0}
+
+        def check(site, values):
+            if _len(records) >= INLINE_MAX_RECORDS:
+                raise RuntimeError(f"the test's checks ran more than {INLINE_MAX_RECORDS} times")
+            records.append([site, [_as_data(v, budget) for v in values]])
+
+        def raised(site, exc):
+            records.append([site, None if exc is None else getattr(exc, "_g2c_raised", None) or _exception_data(exc)])
+        namespace[INLINE_CHECK], namespace[INLINE_RAISED] = check, raised
+        for seed in _seeds:   # as the grader seeds its run of the master (grader.checks.inline.seed_generators)
+            seed(0)
+        try:
+            exec(compile(program, "the test", "exec"), namespace)
+        except BaseException as exc:  # noqa: BLE001 - a failure in the student's process: say it as it was there
+            text = getattr(exc, "_g2c_text", None)
+            if text is None:
+                raise
+            raise StudentFailure(text) from None
+        return {"records": records}
+    finally:
+        student.close()
+
+
+def _open_sealed(value):
+    """A sealed input as an array (the in-process supervisor of the toolkit's tests gives arrays)."""
+    return value if _isinstance(value, np.ndarray) else _np_load(_BytesIO(bytes(value)), allow_pickle=False)
+
+
+class StudentFailure(Exception):
+    """What failed in the student's process, worded there (``error_text``)."""
+
+
+class StudentProcess:
+    """The student's module in a process forked from this worker, served one request at a time
+    over two pipes. Requests go there pickled (this side is the grader's); answers come back as
+    data only (``encode``: JSON and npy, no pickle): a value that is exact data (``_as_data``
+    with no subclass and nothing refused) as itself, anything else as a handle, which this
+    side holds as a ``Remote``. The global random generators and torch's default dtype travel
+    with every request and answer, so the test and the student's code draw from one stream as
+    they would in one process."""
+
+    def __init__(self, plan):
+        requests, self.to_student = _pipe()
+        self.from_student, answers = _pipe()
+        self.pid = _fork()
+        if self.pid == 0:
+            for fd in (self.to_student, self.from_student, *_WORKER_FDS):
+                try:
+                    _close(fd)
+                except OSError:
+                    pass
+            try:
+                _serve_student(plan, requests, answers)
+            finally:
+                _exit(0)
+        _close(requests)
+        _close(answers)
+
+    def close(self):
+        for fd in (self.to_student, self.from_student):
+            try:
+                _close(fd)
+            except OSError:
+                pass
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except OSError:
+            pass
+
+    def module_globals(self, bound):
+        """The student module's names that ``bound`` lacks, each as data or a ``Remote``."""
+        found = self.request("globals", args=(sorted(bound),))
+        return dict(found)
+
+    def request(self, op, handle=-1, name=None, args=(), kwargs=None, raw=False):
+        """Ask the student's process to do ``op`` on the object ``handle``; its answer as a value
+        (``raw``: the data tree and its arrays, unread, for a check site)."""
+        try:
+            body = _pickle_for_student((args, kwargs or {}, _shared_state()))
+        except Exception as exc:  # noqa: BLE001 - the test hands over something that cannot cross
+            raise TypeError(f"the test passes something to your code that cannot be sent to its process "
+                            f"({_type(exc).__name__}: {exc}); the assignment's author should pass plain values") from None
+        head = _dumps({"op": op, "handle": handle, "name": name}).encode()
+        try:
+            write_all(self.to_student, _pack(">Q", 8 + _len(head) + _len(body)), _pack(">Q", _len(head)), head, body)
+            message = _read_message(self.from_student)
+        except OSError:
+            message = None
+        if message is None:
+            raise StudentFailure(self._ended())
+        ok, arrays, details = _decode_message(message)
+        _set_shared_state(details.get("shared"))
+        if not ok:
+            raise _replica(details)
+        for index, tree in details.get("args", []):
+            _write_back(args[index] if type(index) is int and 0 <= index < _len(args) else None, tree, arrays)
+        value = details.get("value")
+        if raw:
+            return value, arrays
+        return self._value(value, arrays)
+
+    def _value(self, value, arrays):
+        if type(value) is dict and type(value.get("handle")) is int:
+            return Remote(self, value["handle"])
+        if type(value) is dict and "data" in value:
+            return _from_data(value["data"], arrays)
+        if type(value) is dict and type(value.get("globals")) is list:
+            return [(str(name), self._value(item, arrays)) for name, item in value["globals"]]
+        raise StudentFailure("your code's process sent an answer the grader cannot read")
+
+    def _ended(self):
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except OSError:
+            pid, status = 0, None
+        return describe_exit(status if pid else None)
+
+
+def _read_message(fd):
+    head = read_exact(fd, 8)
+    if head is None:
+        return None
+    size = _unpack(">Q", bytes(head))[0]
+    if size > MAX_MESSAGE_BYTES:
+        return None
+    return read_exact(fd, size)
+
+
+def _decode_message(message):
+    """(ok, arrays, details) of a message ``encode`` wrote, read as data (npy without pickle)."""
+    view = memoryview(message)
+    try:
+        count, at, arrays = _unpack(">I", view[1:5])[0], 5, {}
+        for _ in range(count):
+            size = _unpack(">H", view[at: at + 2])[0]
+            name = bytes(view[at + 2: at + 2 + size]).decode()
+            at += 2 + size
+            length = _unpack(">Q", view[at: at + 8])[0]
+            arrays[name] = _np_load(_BytesIO(bytes(view[at + 8: at + 8 + length])), allow_pickle=False)
+            at += 8 + length
+        length = _unpack(">Q", view[at: at + 8])[0]
+        details = _loads(bytes(view[at + 8: at + 8 + length]))
+    except Exception:  # noqa: BLE001 - whatever the student's process sent
+        raise StudentFailure("your code's process sent an answer the grader cannot read") from None
+    if type(details) is not dict:
+        raise StudentFailure("your code's process sent an answer the grader cannot read")
+    return view[0] == 0, arrays, details
+
+
+_BUILTIN_NAMES = frozenset(dir(builtins))
+_FROM_DATA_DTYPES = frozenset(("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                               "float16", "float32", "float64"))
+
+
+def _from_data(tree, arrays):
+    """A value the student's process sent as exact data, rebuilt here from JSON and arrays."""
+    if tree is None or _type(tree) in (bool, int, float, str):
+        return tree
+    if _type(tree) is dict and _len(tree) in (1, 2):
+        (tag, content), *rest = tree.items()
+        dtype = rest[0][1] if rest else None
+        if tag in ("list", "tuple", "set") and _type(content) is list:
+            items = [_from_data(item, arrays) for item in content]
+            return {"list": list, "tuple": tuple, "set": set}[tag](items)
+        if tag == "dict" and _type(content) is list and all(_type(p) is list and _len(p) == 2 for p in content):
+            return {_from_data(k, arrays): _from_data(v, arrays) for k, v in content}
+        if tag == "float" and content in ("nan", "inf", "-inf"):
+            return _float(content)
+        if tag == "scalar" and dtype in _FROM_DATA_DTYPES and _type(content) in (bool, int, float):
+            return np.dtype(dtype).type(content)
+        if tag == "np_dtype" and content in _FROM_DATA_DTYPES:
+            return np.dtype(content)
+        if tag == "torch_dtype" and content in _FROM_DATA_DTYPES:
+            return getattr(torch, content)
+        if tag in ("array", "tensor") and content in arrays and dtype in _FROM_DATA_DTYPES:
+            data = arrays[content].astype(dtype)
+            return data if tag == "array" else torch.from_numpy(data)
+    raise StudentFailure("your code's process sent a value the grader cannot read")
+
+
+def _write_back(given, tree, arrays):
+    """What the student's code did in place to an argument, done here to the test's own object."""
+    if given is None:
+        return
+    try:
+        after = _from_data(tree, arrays)
+        if _type(given) is np.ndarray and _type(after) is np.ndarray and after.shape == given.shape:
+            np.copyto(given, after, casting="unsafe")
+        elif _isinstance(given, _Tensor) and _isinstance(after, _Tensor) and after.shape == given.shape:
+            with torch.no_grad():
+                given.copy_(after)
+        elif _type(given) is list and _type(after) is list:
+            given[:] = after
+        elif _type(given) is dict and _type(after) is dict:
+            given.clear()
+            given.update(after)
+    except StudentFailure:
+        pass
+
+
+def _replica(details):
+    """The exception the student's code raised, as this process raises it: the first built-in
+    class of its classes with its message, carrying what the check records (``_g2c_raised``:
+    every class's name) and how the student's process worded it (``_g2c_text``)."""
+    raised = details.get("raised")
+    names = raised.get("types") if _type(raised) is dict else None
+    message = raised.get("message") if _type(raised) is dict else None
+    if _type(names) is not list or not all(_type(n) is str for n in names) or _type(message) is not str:
+        return StudentFailure("your code's process sent an exception the grader cannot read")
+    exc = None
+    for name in names:
+        kind = getattr(builtins, name.removeprefix("builtins."), None) if name.startswith("builtins.") else None
+        if _isinstance(kind, type) and issubclass(kind, _BASE_EXCEPTION):
+            try:
+                exc = kind(message) if message else kind()
+                break
+            except Exception:  # noqa: BLE001 - a built-in that takes other arguments
+                continue
+    exc = exc if exc is not None else Exception(message)
+    exc._g2c_raised = {"types": names[:50], "message": message[:2000]}
+    text = details.get("text")
+    exc._g2c_text = text if _type(text) is str else f"{names[0] if names else 'an exception'}: {message}"
+    return exc
+
+
+def _shared_state():
+    """The global generators' states and torch's default dtype, as this process holds them."""
+    return {"random": random.getstate(), "numpy": _np_get_rng(), "torch": _get_rng().numpy().tobytes().hex(),
+            "dtype": _str(_get_dtype()).replace("torch.", "")}
+
+
+def _set_shared_state(state):
+    """Take the student's process's generators and default dtype (sent as data) after a request."""
+    if _type(state) is not dict:
+        return
+    try:
+        kind, version, gauss = state["random"]
+        random.setstate((kind, tuple(int(v) for v in version), gauss if gauss is None else _float(gauss)))
+        name, key, position, has_gauss, cached = state["numpy"]
+        _np_set_rng((str(name), np.array(key, dtype=np.uint32), int(position), int(has_gauss), _float(cached)))
+        _set_rng(torch.frombuffer(bytearray(bytes.fromhex(state["torch"])), dtype=torch.uint8))
+        if state["dtype"] in ("float32", "float64"):
+            _set_dtype(DTYPES[state["dtype"]])
+    except Exception:  # noqa: BLE001 - a state that cannot be taken
+        raise StudentFailure("your code's process sent random generator states the grader cannot read") from None
+
+
+class _StudentPickler(pickle.Pickler):
+    """Pickles a request: a ``Remote`` goes as its handle."""
+
+    def persistent_id(self, obj):
+        return ("remote", obj._g2c_handle) if _type(obj) is Remote else None
+
+
+def _pickle_for_student(value):
+    buffer = _BytesIO()
+    _StudentPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
+    return buffer.getvalue()
+
+
+_UNARY = ("neg", "pos", "abs", "invert", "index")
+_BINARY = ("add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow", "lshift", "rshift", "and",
+           "or", "xor", "lt", "le", "eq", "ne", "gt", "ge")
+
+
+class Remote:
+    """An object of the student's process as the test's process holds it: each use is a request
+    there, whose answer is data or another ``Remote``."""
+
+    __slots__ = ("_g2c_process", "_g2c_handle")
+
+    def __init__(self, process, handle):
+        object.__setattr__(self, "_g2c_process", process)
+        object.__setattr__(self, "_g2c_handle", handle)
+
+    def _g2c(self, op, name=None, *args, **kwargs):
+        return self._g2c_process.request(op, self._g2c_handle, name, args, kwargs)
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)   # protocols the interpreter probes (copy, pickle, numpy) stay here
+        return self._g2c("get", name)
+
+    def __setattr__(self, name, value):
+        self._g2c("set", name, value)
+
+    def __call__(self, *args, **kwargs):
+        return self._g2c("call", None, *args, **kwargs)
+
+    def __getitem__(self, key):
+        return self._g2c("getitem", None, key)
+
+    def __setitem__(self, key, value):
+        self._g2c("setitem", None, key, value)
+
+    def __len__(self):
+        return self._g2c("len")
+
+    def __iter__(self):
+        return self._g2c("iter")
+
+    def __next__(self):
+        return self._g2c("next")
+
+    def __bool__(self):
+        return self._g2c("bool")
+
+    def __contains__(self, item):
+        return self._g2c("contains", None, item)
+
+    def __repr__(self):
+        return self._g2c("repr")
+
+    def __str__(self):
+        return self._g2c("str")
+
+    __hash__ = None
+
+
+def _operator_methods():
+    def unary(name):
+        return lambda self: self._g2c("unary", name)
+
+    def binary(name, reflected):
+        return lambda self, other: self._g2c("rbinary" if reflected else "binary", name, other)
+    for name in _UNARY:
+        setattr(Remote, f"__{name}__", unary(name))
+    for name in _BINARY:
+        setattr(Remote, f"__{name}__", binary(name, False))
+        if name not in ("lt", "le", "eq", "ne", "gt", "ge"):
+            setattr(Remote, f"__r{name}__", binary(name, True))
+
+
+_operator_methods()
+
+
+def _remote_data(remote, budget):
+    """A check site's operand held as a ``Remote``: its data as the student's process reads it
+    (``_as_data`` there), its arrays saved among this case's outputs."""
+    tree, arrays = remote._g2c_process.request("data", remote._g2c_handle, raw=True)
+
+    def renamed(node):
+        if _type(node) is list:
+            return [renamed(item) for item in node]
+        if _type(node) is not dict:
+            return node
+        if _len(node) == 2 and ("array" in node or "tensor" in node):
+            tag = "array" if "array" in node else "tensor"
+            if node[tag] not in arrays:
+                return {"refused": "an array that did not arrive"}
+            if budget["arrays"] >= INLINE_MAX_ARRAYS:
+                return {"refused": f"more than {INLINE_MAX_ARRAYS} arrays"}
+            name = f"a{budget['arrays']}"
+            budget["arrays"] += 1
+            _OUTPUTS[name] = arrays[node[tag]]
+            return {tag: name, "dtype": node.get("dtype")}
+        return {key: renamed(value) for key, value in node.items()}
+    return renamed(tree)
+
+
+# ----------------------------------------------------------------------------- the student's process
+
+def _serve_student(plan, requests, answers):
+    """The student's process: import the module, then answer the test process's requests until
+    it closes the pipe; never returns."""
+    lines = plan["module_source"].splitlines()
+    objects = []
+    try:
+        module, failure = import_submission(plan["module_source"], plan.get("module_code")), None
+    except BaseException as exc:  # noqa: BLE001 - said in answer to the first request
+        module, failure = None, exc
+    while True:
+        message = _read_message(requests)
+        if message is None:
+            _exit(0)
+        _OUTPUTS.clear()
+        sent = []
+        try:
+            head_size = _unpack(">Q", bytes(message[:8]))[0]
+            head = _loads(bytes(message[8: 8 + head_size]))
+            body = bytes(message[8 + head_size:])
+            args, kwargs, state = _StudentUnpickler(_BytesIO(body), objects).load()
+            _take_shared_state(state)
+            if failure is not None:
+                raise failure
+            value = _perform(head, module, objects, args, kwargs)
+            details = {"value": value if head["op"] in ("globals", "data") else _answer_value(value, objects)}
+            if head["op"] == "call":
+                sent = [[i, _as_data(a, {"values": INLINE_MAX_VALUES, "arrays": _len(_OUTPUTS)})]
+                        for i, a in enumerate(args) if _type(a) in (np.ndarray, _Tensor, list, dict)]
+                details["args"] = [pair for pair in sent if not _has_tag(pair[1])]
+            ok = True
+        except BaseException as exc:  # noqa: BLE001 - a failure of student code is an answer
+            _OUTPUTS.clear()
+            ok, details = False, {"raised": _exception_data(exc), "text": error_text(exc, lines)}
+        details["shared"] = _shared_state_data()
+        try:
+            answer = encode(ok, details)
+        except BaseException as exc:  # noqa: BLE001 - outputs that cannot be serialized
+            _OUTPUTS.clear()
+            answer = encode(False, {"raised": _exception_data(exc), "text": error_text(exc, []),
+                                    "shared": _shared_state_data()})
+        write_all(answers, _pack(">Q", _len(answer)), answer)
+
+
+class _StudentUnpickler(pickle.Unpickler):
+    """Reads a request (pickled by the grader's own process): a handle as the object it names."""
+
+    def __init__(self, stream, objects):
+        super().__init__(stream)
+        self.objects = objects
+
+    def persistent_load(self, pid):
+        return self.objects[pid[1]]
+
+
+def _perform(head, module, objects, args, kwargs):
+    op, name = head["op"], head.get("name")
+    if op == "globals":
+        bound = set(args[0])
+        return {"globals": [[key, _answer_value(value, objects)] for key, value in list(module.__dict__.items())
+                            if not key.startswith("__") and key not in bound]}
+    target = objects[head["handle"]]
+    if op == "data":
+        return _as_data(target, {"values": INLINE_MAX_VALUES, "arrays": 0})
+    if op == "get":
+        return getattr(target, name)
+    if op == "set":
+        return setattr(target, name, args[0])
+    if op == "call":
+        return target(*args, **kwargs)
+    if op == "getitem":
+        return target[args[0]]
+    if op == "setitem":
+        target[args[0]] = args[1]
+        return None
+    if op in ("len", "iter", "next", "bool", "repr", "str"):
+        return {"len": len, "iter": iter, "next": next, "bool": bool, "repr": repr, "str": str}[op](target)
+    if op == "contains":
+        return args[0] in target
+    if op == "unary" and name in _UNARY:
+        return getattr(operator, name)(target)
+    if op in ("binary", "rbinary") and name in _BINARY:
+        function = getattr(operator, name + "_" if name in ("and", "or") else name)
+        return function(target, args[0]) if op == "binary" else function(args[0], target)
+    raise ValueError(f"unknown request {op!r}")
+
+
+def _answer_value(value, objects):
+    """``value`` as an answer: exact data as itself, anything else as a handle."""
+    before = dict(_OUTPUTS)
+    tree = _as_data(value, {"values": INLINE_MAX_VALUES, "arrays": _len(_OUTPUTS)})
+    if not _has_tag(tree):
+        return {"data": tree}
+    _OUTPUTS.clear()
+    _OUTPUTS.update(before)
+    objects.append(value)
+    return {"handle": _len(objects) - 1}
+
+
+def _has_tag(tree, tags=("sub", "refused")):
+    if _type(tree) is list:
+        return any(_has_tag(item, tags) for item in tree)
+    if _type(tree) is dict:
+        return any(key in tags or _has_tag(value, tags) for key, value in tree.items())
+    return False
+
+
+def _take_shared_state(state):
+    random.setstate(state["random"])
+    _np_set_rng(state["numpy"])
+    _set_rng(torch.frombuffer(bytearray(bytes.fromhex(state["torch"])), dtype=torch.uint8))
+    if state["dtype"] in DTYPES:
+        _set_dtype(DTYPES[state["dtype"]])
+
+
+def _shared_state_data():
+    kind, version, gauss = random.getstate()
+    name, key, position, has_gauss, cached = _np_get_rng()
+    return {"random": [kind, list(version), gauss], "numpy": [name, key.tolist(), position, has_gauss, cached],
+            "torch": _get_rng().numpy().tobytes().hex(), "dtype": _str(_get_dtype()).replace("torch.", "")}
 
 
 def load_handlers(plan):
@@ -347,7 +839,7 @@ def load_handlers(plan):
     the plan carries one. The driver is trusted grader code, run here in the supervisor before
     any student code: it defines ``HANDLERS`` (kind -> handler(module, inputs, config) -> info)
     and reaches this harness's helpers only through the ``harness`` namespace it is given."""
-    handlers = {"call": case_call, "inline": case_inline}
+    handlers = {"call": case_call}
     source = plan.get("driver_source")
     if source:
         lines = plan["module_source"].splitlines()
@@ -390,6 +882,8 @@ def import_submission(source, code=None):
 
 def error_text(exc, source_lines):
     """"Type: message (in your code: line)"."""
+    if _type(exc) is StudentFailure:   # worded by the student's process already
+        return _str(exc.args[0])[:2000]
     tb = exc.__traceback__
     line = None
     while _type(tb) is _TracebackType:
@@ -411,12 +905,16 @@ def receive_inputs(fd):
     if head is None:
         return None
     size = _unpack(">Q", bytes(head))[0]
-    data = memoryview(bytes(read_exact(fd, size)))
+    buffer = private_buffer(size)   # a sealed input stays here, out of reach of what this worker forks
+    if read_exact(fd, size, buffer) is None:
+        return None
+    data = memoryview(buffer)[:size]
     head = _unpack(">Q", data[:8])[0]
     header = _loads(bytes(data[8: 8 + head]))
     arrays, at = {}, 8 + head
     for name, length in header["arrays"]:
-        arrays[name] = _np_load(_BytesIO(bytes(data[at: at + length])), allow_pickle=False)
+        view = data[at: at + length]
+        arrays[name] = view if name.startswith(SEALED) else _np_load(_BytesIO(bytes(view)), allow_pickle=False)
         at += length
     return header, arrays
 
@@ -441,8 +939,11 @@ def run_case(plan, handlers, header, inputs):
     _OUTPUTS.clear()
     source = plan["module_source"]
     try:
-        module = import_submission(source, plan.get("module_code"))
-        info = handlers[header["kind"]](module, inputs, header["config"]) if header else {}
+        if header and header["kind"] == "inline":   # imports the student's module in a process of its own
+            info = case_inline(plan, inputs, header["config"])
+        else:
+            module = import_submission(source, plan.get("module_code"))
+            info = handlers[header["kind"]](module, inputs, header["config"]) if header else {}
         ok, details = True, {"info": info}
     except BaseException as exc:  # noqa: BLE001 - any failure of student code is a result
         _OUTPUTS.clear()
@@ -457,7 +958,9 @@ def run_case(plan, handlers, header, inputs):
 def worker(plan, handlers, in_fd, out_fd):
     """Run the cases the supervisor sends, one at a time, and answer each (``in_fd`` -1:
     only the import); never returns."""
+    global _WORKER_FDS
     _close(REPORT_FD)
+    _WORKER_FDS = (in_fd, out_fd)
     try:
         os.setpgid(0, 0)  # the unsandboxed fallback kills a worker by process group
     except OSError:
