@@ -33,8 +33,14 @@ plus markup: 20 KB a page, 5 KB an item (its question and criteria included), 3 
 cell (about 2.8 MB for the course's 27 items and 10 questions). summary.html is at most 100 KB
 (stylesheet, plots of N items, the 12 most common failure causes at MAX_MESSAGE_CHARS, one row
 per queued item and question) plus 3 KB a student (its row); the queue itself is on its own
-pages (``queue_pages``), ROWS_PER_PAGE groups a page. The TA's own text (overrides, reviewers,
-comments) and the regrade history are not the submission's and are shown whole.
+pages (``queue_pages``), ROWS_PER_PAGE groups a page, each page at most 5 bytes times
+
+    MAX_EXCERPT_CHARS a row                       its first member's answer, or its cause
+    + (MAX_LINE_CHARS + grouping.MAX_CHANGE_CHARS) a member   why it waits, how its words differ
+
+plus markup: 20 KB a page, 2 KB a row and 2 KB a member (its lines). The TA's own text
+(overrides, reviewers, comments) and the regrade history are not the submission's and are
+shown whole.
 """
 from __future__ import annotations
 
@@ -65,7 +71,7 @@ from grader.intake import SAFE_ID
 from grader.pipeline import EXECUTED_NOTEBOOK, GRADER_ERRORS, SCAFFOLD_SOURCE
 from grader.report.changes import CHANGES_FILE, read_changes
 from grader.report.executed import MADE_FROM, cut, page_made_from, write_executed_page
-from grader.report.grouping import group_answers
+from grader.report.grouping import Change, group_answers
 from grader.report.integrity import similar_groups
 from grader.report.overrides import OVERRIDES_FILE
 from grader.report.results import RESULTS_FILE, is_pending
@@ -197,6 +203,9 @@ class QueueEntry:
     flagged: bool = False
     confidence: float | None = None  # the model's, when it drafted a score
     written: bool = False
+    # Flagged, or waiting for a reason other than the model's confidence (``reason`` says which):
+    # never in a block that decides several answers at once, and never pre-filled with the draft.
+    held: bool = False
 
 
 def release_state(out_dir: Path, given: str | None = None) -> str:
@@ -426,20 +435,23 @@ def written_context(folder: Path, result: GradeResult) -> dict[str, dict[str, An
     return context
 
 
-def override_lines(submission_id: str, item: ItemResult, score: float | None = None) -> str:
+def override_lines(submission_id: str, item: ItemResult, score: float | None = None, typed: bool = False) -> str:
     """The overrides.yaml lines that set ``item`` to ``score`` (default: confirm what it has,
-    or the LLM's suggested score for a flagged written answer)."""
-    return f"{json.dumps(submission_id)}:\n" + _override_item_lines(item, score)
+    or the LLM's suggested score for a flagged written answer); ``typed``: the score left for
+    the TA to type, as ``null``, which overrides.yaml refuses until it is a number."""
+    return f"{json.dumps(submission_id)}:\n" + _override_item_lines(item, score, typed)
 
 
-def _override_item_lines(item: ItemResult, score: float | None = None) -> str:
+def _override_item_lines(item: ItemResult, score: float | None = None, typed: bool = False) -> str:
     """The item's lines, carrying the override it has (its comment and reviewer), so that pasting
     them again loses nothing already decided."""
     override = item.override or {}
     if score is None:
         details = item.details or {}
         score = details.get("draft_score", item.score) if item.status == "pending_review" else item.score
-    return (f"  {item.name}:\n    score: {float(score):g}   # of {item.max_score:g}\n"
+    shown = (f"null   # of {item.max_score:g}: type the score you decide (nothing is pre-filled)" if typed
+             else f"{float(score):g}   # of {item.max_score:g}")
+    return (f"  {item.name}:\n    score: {shown}\n"
             f"    comment: {json.dumps(str(override.get('comment', '')), ensure_ascii=False)}\n"
             f"    reviewer: {json.dumps(str(override.get('reviewer', '')), ensure_ascii=False)}")
 
@@ -459,6 +471,7 @@ def review_queue(out_dir: Path, results: list[GradeResult]) -> list[QueueEntry]:
                 continue
             details = item.details or {}
             confidence = details.get("confidence") if "draft_score" in details else None
+            held = bool(review_state(item).reasons or details.get("needs_review"))
             order.setdefault(item.name, position)
             entries.append(QueueEntry(result.submission_id, item.name, item.title,
                                       cut(reason, MAX_LINE_CHARS, RESULTS_FILE), item.score,
@@ -466,7 +479,7 @@ def review_queue(out_dir: Path, results: list[GradeResult]) -> list[QueueEntry]:
                                       answers.get(item.name, "") if WRITTEN_TAG in item.tags else "",
                                       bool(details.get("flags")),
                                       float(confidence) if isinstance(confidence, (int, float)) else None,
-                                      WRITTEN_TAG in item.tags))
+                                      WRITTEN_TAG in item.tags, held))
 
     def rank(entry: QueueEntry) -> tuple:
         drafted = entry.confidence is not None
@@ -476,16 +489,33 @@ def review_queue(out_dir: Path, results: list[GradeResult]) -> list[QueueEntry]:
 
 
 @dataclass(frozen=True)
+class QueueMember:
+    """One entry of a row: how its words differ from the answer the row shows (``grouping``'s
+    runs; empty when they do not), and for a held entry its own lines, the score left for the TA
+    to type."""
+
+    entry: QueueEntry
+    changes: Change = ()
+    own_block: str = ""
+
+
+@dataclass(frozen=True)
 class QueueRow:
     """Queued entries decided together: answers that say the same thing (``grouping``), or one
-    cause of an errored item; ``block`` holds the overrides.yaml lines of every member, each
-    under its own id, so that a later regrade that groups otherwise changes nothing decided,
-    and a member is split out by editing its lines."""
+    cause of an errored item. ``block`` holds the overrides.yaml lines of every member but the
+    held ones (each held member has its own lines), each under its own id, so that a later
+    regrade that groups otherwise changes nothing decided, and a member is split out by editing
+    its lines; "" when every member is held."""
 
-    entries: tuple[QueueEntry, ...]
+    members: tuple[QueueMember, ...]
     kind: str                       # grouping's level, or "same cause"
     shown: str                      # the first member's answer (cut), or the cause
     block: str
+
+    @property
+    def together(self) -> int:
+        """The members its block decides."""
+        return sum(not m.entry.held for m in self.members)
 
 
 @dataclass(frozen=True)
@@ -499,6 +529,7 @@ class QueuePage:
     pages: int
     waiting: int                    # entries of the item, on all its pages
     groups: int                     # rows of the item, on all its pages
+    held: int                       # held entries of the item (in no block with others), on all its pages
     rows: tuple[QueueRow, ...]
     accept: tuple[tuple[float, int, str], ...]   # (confidence, drafts at or above it, their block): first page only
 
@@ -514,9 +545,11 @@ def queue_page_name(item: str, number: int) -> str:
 def queue_pages(results: list[GradeResult], queue: list[QueueEntry]) -> list[QueuePage]:
     """The queue as pages, item by item in the queue's order, ``ROWS_PER_PAGE`` rows a page. A
     written question's answers are grouped by what they say (``grouping.group_answers``, on the
-    whole answers) and its first page offers, for each of ``CONFIDENCE_STEPS``, one block that
-    accepts every unflagged draft at or above that confidence; an errored item's entries are
-    grouped by their cause (numbers masked)."""
+    whole answers), each member beside its changes from the answer its row shows, and its first
+    page offers, for each of ``CONFIDENCE_STEPS``, one block that accepts every draft at or above
+    that confidence but the held ones; an errored item's entries are grouped by their cause
+    (numbers masked). A held entry is in no block with others: its row says why and holds its
+    own lines, the score left for the TA to type."""
     items = {(r.submission_id, i.name): i for r in results for i in r.items}
     by_item: dict[str, list[QueueEntry]] = {}
     for entry in queue:
@@ -526,25 +559,39 @@ def queue_pages(results: list[GradeResult], queue: list[QueueEntry]) -> list[Que
         first = entries[0]
         by_id = {e.submission_id: e for e in entries}
         if first.written:   # grouped on the whole answers, which review_queue read once
-            groups = [([by_id[sid] for sid in g.members], g.kind, by_id[g.members[0]].answer)
-                      for g in group_answers({e.submission_id: e.answer for e in entries})]
+            # A held answer never leads a group that others join (its hidden characters would hide
+            # what they are decided on); rows keep the queue's order of their first-placed member.
+            place = {e.submission_id: n for n, e in enumerate(entries)}
+            found = group_answers({e.submission_id: e.answer for e in sorted(entries, key=lambda e: e.held)})
+            groups = [([(by_id[sid], changes) for sid, changes in zip(g.members, g.changes)], g.kind,
+                       by_id[g.members[0]].answer)
+                      for g in sorted(found, key=lambda g: min(map(place.__getitem__, g.members)))]
         else:
             causes: dict[str, list[QueueEntry]] = {}
             for entry in entries:
                 causes.setdefault(masked(entry.reason), []).append(entry)
-            groups = [(members, "same cause", cause) for cause, members in causes.items()]
-        rows = [QueueRow(tuple(members), kind, cut(shown, MAX_EXCERPT_CHARS, WRITTEN_INPUTS if first.written
-                                                   else RESULTS_FILE),
-                         "\n".join(override_lines(e.submission_id, items[(e.submission_id, name)]) for e in members))
-                for members, kind, shown in groups]
-        accept = tuple((step, len(chosen), "\n".join(override_lines(e.submission_id, items[(e.submission_id, name)])
-                                                     for e in chosen))
+            groups = [([(e, ()) for e in members], "same cause", cause) for cause, members in causes.items()]
+
+        def lines(entry: QueueEntry, typed: bool = False) -> str:
+            return override_lines(entry.submission_id, items[(entry.submission_id, name)], typed=typed)
+        rows = []
+        for members, kind, shown in groups:
+            # the shown answer's words first, then each set of changes once, its members together
+            variants = {changes: n for n, changes in enumerate(dict.fromkeys(changes for _, changes in members))}
+            members = sorted(members, key=lambda member: variants[member[1]])
+            rows.append(QueueRow(tuple(QueueMember(e, changes, lines(e, typed=True) if e.held else "")
+                                       for e, changes in members),
+                                 kind, cut(shown, MAX_EXCERPT_CHARS, WRITTEN_INPUTS if first.written else RESULTS_FILE),
+                                 "\n".join(lines(e) for e, _ in members if not e.held)))
+        # a held draft waits for a reason the model's confidence does not answer
+        accept = tuple((step, len(chosen), "\n".join(map(lines, chosen)))
                        for step in CONFIDENCE_STEPS
                        for chosen in [[e for e in entries if e.confidence is not None and e.confidence >= step
-                                       and not e.flagged]] if chosen) if first.written else ()
+                                       and not e.held]] if chosen) if first.written else ()
         count = max(1, -(-len(rows) // ROWS_PER_PAGE))
+        held = sum(e.held for e in entries)
         for number in range(1, count + 1):
-            pages.append(QueuePage(name, first.title, first.written, number, count, len(entries), len(rows),
+            pages.append(QueuePage(name, first.title, first.written, number, count, len(entries), len(rows), held,
                                    tuple(rows[(number - 1) * ROWS_PER_PAGE:number * ROWS_PER_PAGE]),
                                    accept if number == 1 else ()))
     return pages
