@@ -27,10 +27,14 @@ TEACHER_FORCING = "teacher forcing"
 MISTAKES = {
     "mistake_teacher_forced": {FULL: TEACHER_FORCING, LINEAR: TEACHER_FORCING},
     "mistake_prefix_inside_timing": {FULL: "a prefix run inside the timed call?); building the KV cache"},
-    "mistake_cache_not_rewound": {FULL: "saw caches of 26, 27, 28, 29, 30 tokens: each call appends, so rewind"},
+    # 3 warmup calls, then the notebook's 15 timed calls, each appending one token to 24
+    "mistake_cache_not_rewound": {FULL: "saw caches of 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41 "
+                                        "tokens: each call appends, so rewind"},
     "mistake_no_spare_capacity": {FULL: "a full cache (24 of 24 slots), so append reallocated it"},
     "mistake_state_rebuilt_each_call": {LINEAR: "one step from None: the state is built inside the timed call"},
-    "mistake_notebook_lengths": {FULL: "a cache of 64 tokens, which is none of the history lengths the sweep was given"},
+    "mistake_notebook_lengths": {FULL: "a cache of 64 tokens, which is none of the history lengths the sweep was given",
+                                 # the sweep at the notebook's five lengths times three
+                                 LINEAR: "3 measurements of the linear step for 5 history lengths"},
     "mistake_times_in_seconds": {FULL: "the timer measured", LINEAR: "the timer measured"},
     "mistake_own_layers_one_timing": {FULL: "a MultiHeadAttention of its own", LINEAR: "MultiHeadAttention calls too"},
 }
@@ -69,7 +73,8 @@ def test_the_corpus_is_measured_both_ways(assignment, observed):
 def test_a_correct_sweep_earns_both_items(assignment, observed, name):
     verdicts = method_verdicts(assignment, observed[name])
     assert {i: v.status for i, v in verdicts.items()} == dict.fromkeys(METHOD_ITEMS, "passed"), verdicts
-    assert "at every history length given (24, 96, 384)" in verdicts[FULL].message
+    assert "at every history length given (24, 96, 384, and the notebook's 64, 128, 256, 512, 1024)" in \
+        verdicts[FULL].message
     assert " ms" not in verdicts[FULL].message + verdicts[LINEAR].message   # the same words in every run
 
 

@@ -1,5 +1,8 @@
 """Items decided by the executed notebook's answer variables, not by the scaffold: the
 memory bill of Exercise 5 and the decode benchmark of Exercise 1 (and that the notebook ran).
+Figures the notebook measured (the benchmark's timings) count only beside the grader's observed
+run (``benchmark.observed_timings``); figures that follow from sizes (byte counts) are
+recomputed here.
 
 A missing answer variable names the cell that raised, as the student sees it: its place among
 the code cells, its execution count and its first line. Which cell raised comes from the
@@ -13,6 +16,7 @@ import re
 from typing import Any, Callable
 
 from grader.checks import CheckContext, Verdict
+from grader.checks.linear_attention.benchmark import observed_timings
 from grader.execute import ExecutionResult
 
 
@@ -146,10 +150,9 @@ def _benchmark_verdicts(context: CheckContext) -> dict[str, Verdict]:
     else:
         verdicts["benchmark_lengths"] = Verdict("failed", f"history_lengths {lengths}: use at least 4 lengths "
                                                           "spanning at least 16x (e.g. 64 to 1024)")
-    timings = bench["full_ms_per_step"] + bench["linear_ms_per_step"]
-    verdicts["benchmark_timings"] = (
-        Verdict("passed", "every timing is positive and finite") if all(t > 0 for t in timings)
-        else Verdict("failed", "timings must be positive milliseconds per step"))
+    # The timings are a measurement of the notebook's run, which the grader does not observe:
+    # they count only where they agree with the run of the same sweep the probe observed.
+    verdicts["benchmark_timings"] = observed_timings(context, bench)
     verdicts["benchmark_memory"] = _benchmark_memory(bench)
     return verdicts
 

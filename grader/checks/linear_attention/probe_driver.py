@@ -18,7 +18,7 @@ _grad_enabled = torch.is_grad_enabled
 _manual_seed, _cross_entropy, _Tensor = torch.manual_seed, torch.nn.functional.cross_entropy, torch.Tensor
 _LONG, _FLOAT32, _perf_counter, _sorted = torch.long, torch.float32, time.perf_counter, sorted
 _isinstance, _type, _len, _int, _float, _list, _dict = isinstance, type, len, int, float, list, dict
-_getattr, _setattr, _min, _max, _range = getattr, setattr, min, max, range
+_getattr, _setattr, _min, _max, _range, _id = getattr, setattr, min, max, range, id
 save_output, given_state, save_state, DTYPES = (harness.save_output, harness.given_state,  # noqa: F821
                                                 harness.save_state, harness.DTYPES)        # noqa: F821
 describe_error = harness.describe_error  # noqa: F821
@@ -194,11 +194,6 @@ def case_hybrid(module, inputs, config):
     return {"linear_forward_calls": calls[0]}
 
 
-# Exercise 1's sweep runs its timer at most this often per measurement: the timings are not
-# judged, and a handful of timed calls shows what each one runs.
-SWEEP_MAX_REPEATS, SWEEP_MAX_WARMUP = 5, 2
-
-
 def _shape(value):
     return [_int(n) for n in value.shape] if _isinstance(value, _Tensor) else None
 
@@ -232,18 +227,25 @@ def case_benchmark(module, inputs, config):
     """Exercise 1's ``decode_step_sweep`` run on layers the grader builds, with what runs inside
     each timed call observed from the grader's side of the calls: the layers' methods (on the
     classes, so that layers the sweep builds itself show) and the cache's construction are
-    wrapped, and ``time_median_ms`` is replaced by a timer that marks its timed calls
-    (``SWEEP_MAX_REPEATS`` of them at most). Per measurement (one timer call), per timed call:
-    how often each observed method ran, and what the first decode_step and step were given.
-    The trusted side judges the method from this; the times measured and the lists the sweep
-    returns are reported for comparison only. ``raised_in``: the layer method whose exception
-    stopped the sweep."""
+    wrapped, and ``time_median_ms`` is replaced by a timer that marks its timed calls (with the
+    notebook's grading-mode repeats and warmup, ``config["repeats"]`` and ``"warmup"``, at most).
+    Per measurement (one timer call), per timed call: how often each observed method ran, what
+    the first decode_step and step were given, the call's time (``ms``) and the time spent
+    inside the observed methods (``inside_ms``), both on the clock this driver bound before any
+    student code ran, so that replacing ``time.perf_counter`` changes neither.
+
+    The sweep is called twice on the same layers, built as the notebook builds them (after
+    ``torch.manual_seed(0)``): first as the notebook's grading-mode run calls it
+    (``config["notebook_lengths"]``; ``notebook_run``), then with the grader's own lengths (the
+    top-level record). The trusted side judges the method from both, and holds the notebook's
+    reported times to the first. ``raised_in``: the layer method whose exception stopped it."""
     sweep = _getattr(module, "decode_step_sweep", None)
     if sweep is None:
         return {"missing": True}
+    _manual_seed(0)
     full = module.MultiHeadAttention(config["embedding_dim"], config["num_heads"]).to(dtype=_FLOAT32)
     lin = module.LinearAttention(config["embedding_dim"], config["num_heads"]).to(dtype=_FLOAT32)
-    measurements, current, raised, depth = [], [None], [None], [0]
+    measurements, current, raised, depth = [[]], [None], [None], [0]
 
     def observe(cls, method, name, given, seen=None):
         """Wrap ``cls.method`` for every instance, counting the outermost calls only (a step that
@@ -252,8 +254,8 @@ def case_benchmark(module, inputs, config):
         original = _getattr(cls, method)
 
         def wrapper(self, *args, **kwargs):
-            calls = current[0]
-            if calls is not None and depth[0] == 0:
+            calls, outer = current[0], depth[0] == 0
+            if calls is not None and outer:
                 key = name if self is given else name + "_other"
                 calls["counts"][key] = calls["counts"].get(key, 0) + 1
                 if seen is not None and key not in calls:
@@ -262,6 +264,7 @@ def case_benchmark(module, inputs, config):
                     except Exception:  # noqa: BLE001 - arguments it cannot read are reported as such
                         calls[key] = {"unreadable": True}
             depth[0] += 1
+            started = _perf_counter()
             try:
                 return original(self, *args, **kwargs)
             except BaseException as exc:
@@ -270,6 +273,8 @@ def case_benchmark(module, inputs, config):
                 raise
             finally:
                 depth[0] -= 1
+                if calls is not None and outer:
+                    calls["inside_ms"] += (_perf_counter() - started) * 1e3
         _setattr(cls, method, wrapper)
 
     observe(module.MultiHeadAttention, "decode_step", "decode_step", full, _cache_seen)
@@ -285,43 +290,53 @@ def case_benchmark(module, inputs, config):
                 current[0]["counts"]["cache_built"] = current[0]["counts"].get("cache_built", 0) + 1
             cache_class.__init__(self, *args, **kwargs)
     module.KVCache = ObservedCache
+    most_repeats, most_warmup = config["repeats"], config["warmup"]
 
-    def timer(fn, *, device=None, repeats=SWEEP_MAX_REPEATS, warmup=SWEEP_MAX_WARMUP, setup=None):
+    def timer(fn, *, device=None, repeats=most_repeats, warmup=most_warmup, setup=None):
         measurement = {"timed_calls": [], "median_ms": None}
-        measurements.append(measurement)
-        for _ in _range(_min(_int(warmup), SWEEP_MAX_WARMUP)):
+        measurements[0].append(measurement)
+        for _ in _range(_min(_int(warmup), most_warmup)):
             if setup is not None:
                 setup()
             fn()
         times = []
-        for _ in _range(_max(1, _min(_int(repeats), SWEEP_MAX_REPEATS))):
+        for _ in _range(_max(1, _min(_int(repeats), most_repeats))):
             if setup is not None:
                 setup()
-            calls = {"counts": {}}
+            calls = {"counts": {}, "inside_ms": 0.0}
             current[0] = calls
             start = _perf_counter()
             try:
                 fn()
             finally:
                 current[0] = None
-            times.append((_perf_counter() - start) * 1e3)
+            calls["ms"] = (_perf_counter() - start) * 1e3
+            times.append(calls["ms"])
             measurement["timed_calls"].append(calls)
         median = _sorted(times)[_len(times) // 2]
         measurement["median_ms"] = median
         return median
+    provided = _getattr(module, "time_median_ms", None)
+    for attribute in ("__name__", "__qualname__", "__doc__", "__module__"):   # as the provided helper reads
+        _setattr(timer, attribute, _getattr(provided, attribute, _getattr(timer, attribute)))
     module.time_median_ms = timer
 
-    error, returned, raised_in = None, {}, None
-    try:
-        with _no_grad():
-            result = sweep(full, lin, _list(config["history_lengths"]))
-        if _isinstance(result, _dict):
-            returned = {key: _numbers(result.get(key)) for key in config["returned"]}
-    except Exception as exc:  # noqa: BLE001 - the sweep's failure is a finding, with what was observed
-        error = describe_error(exc)
-        if raised[0] is not None and raised[0][1] is exc:
-            raised_in = raised[0][0]
-    return {"measurements": measurements, "returned": returned, "error": error, "raised_in": raised_in}
+    def run(lengths):
+        measurements[0] = []
+        error, returned, raised_in = None, {}, None
+        try:
+            with _no_grad():
+                result = sweep(full, lin, _list(lengths))
+            if _isinstance(result, _dict):
+                returned = {key: _numbers(result.get(key)) for key in config["returned"]}
+        except Exception as exc:  # noqa: BLE001 - the sweep's failure is a finding, with what was observed
+            error = describe_error(exc)
+            if raised[0] is not None and raised[0][1] is exc:
+                raised_in = raised[0][0]
+        return {"measurements": measurements[0], "returned": returned, "error": error, "raised_in": raised_in}
+
+    notebook_run = run(config["notebook_lengths"])
+    return {**run(config["history_lengths"]), "notebook_run": notebook_run}
 
 
 # Exercise 4's state_norms: at most this many of the steps it runs on the given layer are kept.
@@ -505,14 +520,44 @@ class ObservedForwards:
     """Every outermost ``HybridTransformerLM.forward`` observed from the grader's side while in
     use (wrapped on the class, restored on exit): ``calls`` (which model, by its index in
     ``seen``; gradients on or off; the tokens, when small; with ``gradients``, where the
-    training step's gradient reached the logits), and ``raised``, the exception a forward raised."""
+    training step's gradient reached the logits), and ``raised``, the exception a forward raised.
+    Each parameter a model has when it runs forward gets a hook counting the gradients computed
+    for it (per parameter name, the tensors a name held added up: the course's ``Module.to``
+    replaces them), and each observed forward's logits one counting the gradients they received
+    (``gradient_counts``): a loss backpropagated without an observed forward (through the
+    blocks, or through the forward's original taken from the wrapper) reaches parameters
+    uncounted."""
 
     def __init__(self, module, gradients=False):
         self.module, self.gradients = module, gradients
         self.calls, self.seen, self.raised = [], [], None
+        self.counts, self.hooked = [], {}   # per model in seen: {parameter name: count}; id -> tensor hooked
 
     def index(self, model):
         return next((i for i, seen in enumerate(self.seen) if seen is model), None)
+
+    def watch(self, model):
+        """Hook the parameters of ``model`` (a model in ``seen``) not hooked yet."""
+        counts = self.counts[self.index(model)]
+        try:
+            named = _list(model.named_parameters())
+        except Exception:  # noqa: BLE001 - a model that cannot list its parameters is counted as having none
+            named = []
+        for name, param in named:
+            if not _isinstance(param, _Tensor) or not param.requires_grad or _id(param) in self.hooked:
+                continue
+            self.hooked[_id(param)] = param   # kept, so that its id is not reused
+            counts.setdefault(name, 0)
+
+            def counted(grad, name=name):
+                counts[name] += 1
+            _register_hook(param, counted)
+
+    def gradient_counts(self, model):
+        """The gradients the model's observed logits received, and those each parameter received."""
+        index = self.index(model)
+        return {"logits": sum(c.get("backward", 0) for c in self.calls if c["model"] == index),
+                "parameters": _dict(self.counts[index]) if index is not None else None}
 
     def __enter__(self):
         cls, observer, depth = self.module.HybridTransformerLM, self, [0]
@@ -523,6 +568,8 @@ class ObservedForwards:
             if depth[0] == 0:
                 if observer.index(model) is None:
                     observer.seen.append(model)
+                    observer.counts.append({})
+                observer.watch(model)
                 small = _isinstance(tokens, _Tensor) and tokens.numel() <= 4096
                 call = {"model": observer.index(model), "training": _grad_enabled(),
                         "tokens": tokens.tolist() if small else None}
@@ -535,13 +582,18 @@ class ObservedForwards:
                 raise
             finally:
                 depth[0] -= 1
-            if call is not None and observer.gradients and _isinstance(logits, _Tensor) and logits.requires_grad \
-                    and logits.numel() <= 65536:
-                call["gradient"] = None
+            if call is not None and _isinstance(logits, _Tensor) and logits.requires_grad:
+                call["backward"] = 0
 
-                def reached(grad, call=call):
-                    call["gradient"] = _gradient_reached(grad)
-                _register_hook(logits, reached)
+                def received(grad, call=call):
+                    call["backward"] += 1
+                _register_hook(logits, received)
+                if observer.gradients and logits.numel() <= 65536:
+                    call["gradient"] = None
+
+                    def reached(grad, call=call):
+                        call["gradient"] = _gradient_reached(grad)
+                    _register_hook(logits, reached)
             return logits
         _setattr(cls, "forward", observed_forward)
         return self
@@ -570,7 +622,7 @@ def case_training(module, inputs, config):
 
 def _described(module, observed, model):
     blocks = _getattr(model, "blocks", None)
-    return {"index": observed.index(model),
+    return {"index": observed.index(model), "gradients": observed.gradient_counts(model),
             "kinds": [_getattr(b, "kind", None) for b in blocks] if _isinstance(blocks, _list) else None,
             "parameters": _int(model.num_parameters()) if _isinstance(model, module.Module) else None}
 

@@ -3,8 +3,9 @@ of the grader's (``probe_driver.case_recall_training`` and ``case_recall_scoring
 
 - ``recall_batches``: ``train_recall`` run for each layer pattern with the grader's seed trains a
   model of that pattern for the budget's steps on the recall batches that seed draws, in order
-  (so every pattern trained with one seed sees the same batches). The batches are recomputed here
-  with the master's ``recall_batch``.
+  (so every pattern trained with one seed sees the same batches), and on nothing else
+  (``training.unobserved_gradients``). The batches are recomputed here with the master's
+  ``recall_batch``.
 - ``recall_query_loss``: the loss reaches the query positions only, each pulling up the value its
   query asks for. Read from the gradient each training step's logits received, observed from the
   grader's side: a cross-entropy's gradient is nonzero at the positions it scores and lowest at
@@ -25,6 +26,7 @@ import torch
 from grader.checks import CheckContext, Verdict
 from grader.checks.linear_attention.cases import RECALL_PAIRS, RECALL_TRAINING, recall_queries
 from grader.checks.linear_attention.items import exercise_run
+from grader.checks.linear_attention.training import unobserved_gradients
 from grader.reference import reference_namespace
 
 RECALL_ITEMS = ("recall_batches", "recall_query_loss", "recall_scoring")
@@ -90,6 +92,9 @@ def _batches(master_path: Path, info: dict[str, Any]) -> Verdict:
             return Verdict("failed", f"{where} is not draw {step + 1} of recall_batch from "
                                      "torch.Generator().manual_seed(seed): draw every batch from a generator seeded "
                                      "with the seed given, so that every pattern sees the same batches")
+        unobserved = unobserved_gradients(name, info["models"][name])
+        if unobserved:
+            return Verdict("failed", unobserved)
     return Verdict("passed", f"each pattern trained {steps} steps on the batches the seed draws, in order")
 
 

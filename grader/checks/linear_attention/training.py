@@ -3,7 +3,8 @@ budget of the grader's (``probe_driver.case_training``), with every forward pass
 models observed from the grader's side.
 
 - ``training_same_batches``: one model per layer pattern, each trained for the budget's steps
-  on the same batches in the same order, drawn from the training stream.
+  on the same batches in the same order, drawn from the training stream, and by nothing else:
+  every gradient its parameters received came from an observed forward (``unobserved_gradients``).
 - ``training_held_out``: each model evaluated on windows of the held-out stream only.
 - ``training_parameters``: the counts returned are the models' own, and each model has the
   count the config builds (the patterns then differ by their decay logits only).
@@ -73,6 +74,10 @@ def _same_batches(info: dict[str, Any]) -> Verdict:
         if any(row not in train for batch in seen for row in batch):
             return Verdict("failed", f"{name} trained on inputs that are no windows of train_ids (of the context "
                                      "given): train on windows of the training split")
+    for name, model in info["models"].items():
+        unobserved = unobserved_gradients(name, model)
+        if unobserved:
+            return Verdict("failed", unobserved)
     first, *others = batches
     for name in others:
         step = next((i for i, (a, b) in enumerate(zip(batches[first], batches[name])) if a != b), None)
@@ -81,6 +86,29 @@ def _same_batches(info: dict[str, Any]) -> Verdict:
                                      "must see the same batches in the same order (give train_lm the same seed)")
     return Verdict("passed", f"each pattern trained {steps} steps on the same batches in the same order, all "
                              "windows of the training split")
+
+
+def unobserved_gradients(name: str, model: dict[str, Any]) -> str | None:
+    """Whether gradients reached the model's parameters that no observed forward accounts for
+    (``ObservedForwards.gradient_counts``): each backward pass from a loss on observed logits
+    computes one gradient for each parameter it reaches, so no parameter may get more than the
+    logits did, and one must get as many (None: they agree). Read from hooks in the student's
+    process: student code that removes them there hides its extra steps, and gradients taken
+    with ``torch.autograd.grad`` on copies of the parameters are not counted."""
+    counts = model.get("gradients") or {}
+    received, parameters = counts.get("logits", 0), counts.get("parameters")
+    if not parameters:
+        return None
+    name_of, most = max(parameters.items(), key=lambda item: item[1])
+    if most > received:
+        return (f"{name}: gradients were computed {most} times for its parameter {name_of}, but the logits of its "
+                f"forward passes the grader observed received {received}: a loss was backpropagated without a forward "
+                "pass the grader sees (through the model's blocks, or through the forward's original taken from "
+                "elsewhere?). Compute every loss from model(tokens)")
+    if most < received:
+        return (f"{name}: the logits of its observed forward passes received {received} gradients, but its "
+                f"parameters at most {most}: the grader's count of its parameters' gradients was removed")
+    return None
 
 
 def _held_out(info: dict[str, Any]) -> Verdict:

@@ -1,0 +1,199 @@
+"""Issue 40, part 2: the run a student reports is the run that was observed.
+
+Each attack of the hostile round, on recorded outputs of the probe harness's own case code run in
+this process (``probe_in_process``): the figures the notebook reports count only beside the run
+the grader observed, the grader's timer is not the student's ``time.perf_counter``, and work done
+outside the observed methods inside a timed call or a training call is named. The correct corpora
+keep their marks (their own tests run them all; here the master's cell stands for them).
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from grader import cells
+from grader.checks import CheckContext, Verdict
+from grader.checks.linear_attention.benchmark import BENCHMARK_CASE, FULL, LINEAR, METHOD_ITEMS, observed_timings
+from grader.checks.linear_attention.cases import BENCHMARK
+from grader.probe import ProbeResult
+
+from conftest import SWEEPS
+from probe_in_process import exercise_probe, exercise_verdicts
+
+TRAININGS = Path(__file__).parent / "trainings"
+SWEEP_CELL = (SWEEPS / "correct_prefill_by_decoding.py").read_text()
+FAKE_MS = 1e-6   # what the provided timer returns under the fake clock below: one nanosecond a reading
+
+
+def sweep_probe(assignment, cell: str) -> ProbeResult:
+    return exercise_probe(assignment, "decode_step_sweep", cell, (BENCHMARK_CASE,))
+
+
+def reported(probe: ProbeResult, scale: float = 1.0, fixed: float | None = None) -> dict:
+    """DECODE_BENCHMARK as the notebook's provided cell builds it from a sweep at the notebook's
+    grading-mode lengths: the times the observed run returned (times ``scale``), or ``fixed``."""
+    returned = probe.cases[BENCHMARK_CASE].info["notebook_run"]["returned"]
+    lengths = BENCHMARK["notebook_lengths"]
+    times = {key: [fixed if fixed is not None else t * scale for t in returned[key]]
+             for key in ("full_ms_per_step", "linear_ms_per_step")}
+    return {"history_lengths": lengths, **times, "kv_cache_bytes": [2 * t * 128 * 4 for t in lengths],
+            "linear_state_bytes": [4 * (32 * 32 + 32) * 4] * len(lengths), "embedding_dim": 128, "num_heads": 4,
+            "batch_size": 1, "bytes_per_element": 4, "device": "cpu"}
+
+
+def timings_verdict(assignment, probe: ProbeResult | None, bench: dict) -> Verdict:
+    """benchmark_timings's verdict on ``bench`` (checked for shape by benchmark_fields) beside ``probe``."""
+    context = CheckContext(assignment.rubric, assignment.master_path, probe, None if probe else "not probed here",
+                           None, "not executed in this test", {"DECODE_BENCHMARK": bench})
+    return observed_timings(context, bench)
+
+
+@pytest.fixture(scope="module")
+def honest(assignment) -> ProbeResult:
+    return sweep_probe(assignment, SWEEP_CELL)
+
+
+def test_made_up_notebook_timings_lose_the_item_and_the_observed_ones_keep_it(assignment, honest):
+    """A sweep honest when observed, whose notebook run prints other numbers: the report counts
+    only where it agrees with the observed run, and the message names the figure."""
+    kept = timings_verdict(assignment, honest, reported(honest))
+    made_up = {factor: timings_verdict(assignment, honest, reported(honest, factor)) for factor in (100.0, 0.01)}
+    print(f"\nobserved figures reported: {kept.status}; made-up figures (100x, 1/100x): "
+          f"{', '.join(v.status for v in made_up.values())}")
+    assert kept.status == "passed", kept.message
+    for verdict in made_up.values():
+        assert verdict.status == "failed"
+        assert "DECODE_BENCHMARK['full_ms_per_step'][0]" in verdict.message
+        assert "the grader's observed run of your decode_step_sweep measured" in verdict.message
+
+
+def test_a_report_without_an_observed_run_counts_for_nothing(assignment, honest):
+    verdict = timings_verdict(assignment, None, reported(honest))
+    assert verdict.status == "failed" and "count only beside the grader's observed run" in verdict.message
+
+
+FAKE_CLOCK = '''
+import itertools as _itertools
+_ticks = _itertools.count()
+time.perf_counter = lambda: next(_ticks) * 1e-9   # every timer that reads time.perf_counter: 1 ns a call
+'''
+
+
+def test_a_replaced_perf_counter_changes_no_grader_timing(assignment):
+    """Student code replaces time.perf_counter: the grader's timer, bound before any student code
+    ran, measures real times, and the notebook's times taken with the fake clock disagree."""
+    real = time.perf_counter
+    try:
+        probe = sweep_probe(assignment, FAKE_CLOCK + SWEEP_CELL)
+    finally:
+        time.perf_counter = real
+    run = probe.cases[BENCHMARK_CASE].info["notebook_run"]
+    medians = [m["median_ms"] for m in run["measurements"]]
+    print(f"\nthe grader's medians under the student's fake clock: {min(medians):.4f} to {max(medians):.4f} ms "
+          f"(the fake clock gives {FAKE_MS:g} ms)")
+    assert min(medians) > 100 * FAKE_MS
+    methods = exercise_verdicts(assignment, probe, METHOD_ITEMS)
+    assert {v.status for v in methods.values()} == {"passed"}, methods
+    verdict = timings_verdict(assignment, probe, reported(probe, fixed=FAKE_MS))
+    assert verdict.status == "failed" and f"= {FAKE_MS:g} ms at T = 64" in verdict.message, verdict.message
+
+
+# A teacher-forced prefix of T tokens computed inside the timed call, outside the observed methods:
+# with raw tensor operations, and with MultiHeadAttention.forward's original taken from the wrapper.
+RAW_PREFIX = '''
+def decode_step_sweep(full_attn, lin_attn, history_lengths):
+    out = {"full_ms_per_step": [], "linear_ms_per_step": [], "kv_cache_bytes": [], "linear_state_bytes": []}
+    x_t = torch.randn(BENCH_BATCH, BENCH_DIM)
+    for T in history_lengths:
+        history = torch.randn(BENCH_BATCH, T, BENCH_DIM)
+        cache = full_attn.init_cache(BENCH_BATCH, capacity=T + 1, device=DEVICE)
+
+        def timed():
+            PREFIX
+            cache.length = T
+            full_attn.decode_step(x_t, cache)
+        out["full_ms_per_step"].append(time_median_ms(timed, device=DEVICE))
+        out["kv_cache_bytes"].append(2 * T * BENCH_DIM * BYTES_PER_ELEMENT)
+        state = [lin_attn.init_state(BENCH_BATCH)]
+
+        def step():
+            state[0] = lin_attn.step(x_t, state[0])[1]
+        out["linear_ms_per_step"].append(time_median_ms(step, device=DEVICE))
+        out["linear_state_bytes"].append(BENCH_HEADS * (BENCH_DIM // BENCH_HEADS + 1) * (BENCH_DIM // BENCH_HEADS) * 4)
+    return out
+'''
+PREFIXES = {
+    "raw tensor operations": "q, k, v = (history @ p.weight.T for p in (full_attn.q_proj, full_attn.k_proj, "
+                             "full_attn.v_proj))\n            torch.softmax(q @ k.transpose(-1, -2), -1) @ v",
+    "the original taken from the wrapper's closure":
+        "original = next(c.cell_contents for c in type(full_attn).forward.__closure__ "
+        "if getattr(c.cell_contents, '__name__', '') == 'forward')\n            original(full_attn, history)",
+}
+
+
+@pytest.mark.parametrize("how", sorted(PREFIXES))
+def test_work_outside_the_observed_methods_in_a_timed_call_is_named(assignment, how):
+    probe = sweep_probe(assignment, RAW_PREFIX.replace("PREFIX", PREFIXES[how]))
+    verdicts = exercise_verdicts(assignment, probe, METHOD_ITEMS)
+    print(f"\nprefix by {how}: {FULL.item} {verdicts[FULL.item].status}, {LINEAR.item} {verdicts[LINEAR.item].status}")
+    assert verdicts[FULL.item].status == "failed", verdicts[FULL.item].message
+    assert "outside every observed method" in verdicts[FULL.item].message
+    assert verdicts[LINEAR.item].status == "passed", verdicts[LINEAR.item].message
+
+
+def test_the_correct_sweeps_keep_both_method_items(assignment, honest):
+    """The correct corpus (all of it in test_benchmark_method.py) and the master's cell are left alone."""
+    master = next(cells.source(c) for c in assignment.master.cells if c.id == "ex1-benchmark")
+    graded = {name: exercise_verdicts(assignment, sweep_probe(assignment, cell), METHOD_ITEMS)
+              for name, cell in [("master", master), *((p.stem, p.read_text()) for p in SWEEPS.glob("correct_*.py"))]}
+    passed = [name for name, verdicts in graded.items() if {v.status for v in verdicts.values()} == {"passed"}]
+    print(f"\ncorrect sweeps left alone: {len(passed)} of {len(graded)}")
+    assert len(passed) == len(graded), graded
+
+
+# Exercise 2's correct loop (tests/trainings/correct_own_loop.py) with one more backward pass per
+# step on the held-out split that no observed forward accounts for.
+EXTRA_STEPS = {
+    "a step on the held-out split through the model's blocks": '''
+            held, _ = get_batch(val_ids, budget["batch_size"], budget["context"], batches)
+            hidden = model.token_embedding[held] + model.position_embedding[:held.shape[1]]
+            for block in model.blocks:
+                hidden = block(hidden)
+            (model.ln_final(hidden) @ model.token_embedding.T).logsumexp(-1).mean().backward()
+            optimizer.step()''',
+    "a second loss through the unwrapped forward": '''
+            original = next(c.cell_contents for c in type(model).forward.__closure__
+                            if getattr(c.cell_contents, '__name__', '') == 'forward')
+            held, _ = get_batch(val_ids, budget["batch_size"], budget["context"], batches)
+            original(model, held).logsumexp(-1).mean().backward()
+            optimizer.step()''',
+}
+
+
+def _with_extra_step(extra: str) -> str:
+    cell = (TRAININGS / "correct_own_loop.py").read_text()
+    anchor = "            optimizer.step()\n"
+    assert cell.count(anchor) == 1
+    return cell.replace(anchor, anchor + extra.lstrip("\n") + "\n")
+
+
+@pytest.mark.parametrize("how", sorted(EXTRA_STEPS))
+def test_gradient_steps_outside_the_observed_forwards_are_named(assignment, how):
+    probe = exercise_probe(assignment, "train_and_compare", _with_extra_step(EXTRA_STEPS[how]), ("training",))
+    verdicts = exercise_verdicts(assignment, probe, ("training_same_batches",))
+    verdict = verdicts["training_same_batches"]
+    print(f"\n{how}: training_same_batches {verdict.status}")
+    assert verdict.status == "failed", verdict.message
+    assert "a loss was backpropagated without a forward pass the grader sees" in verdict.message
+
+
+def test_the_correct_training_loops_keep_their_items(assignment):
+    items = ("training_same_batches", "training_held_out", "training_parameters")
+    graded = {p.stem: exercise_verdicts(assignment, exercise_probe(assignment, "train_and_compare", p.read_text(),
+                                                                   ("training",)), items)
+              for p in sorted(TRAININGS.glob("correct_*.py"))}
+    passed = [name for name, verdicts in graded.items() if {v.status for v in verdicts.values()} == {"passed"}]
+    print(f"\ncorrect training loops left alone: {len(passed)} of {len(graded)}")
+    assert len(passed) == len(graded), graded
