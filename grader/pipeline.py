@@ -32,7 +32,7 @@ import nbformat
 
 from grader import __version__, digests, untrusted
 from grader.assignment import Assignment
-from grader.checks import CheckContext, Verdict, checks_for, inline
+from grader.checks import CheckContext, Verdict, checks_for, grounding_answers, inline
 from grader.execute import (MAX_ANSWERS_BYTES, MAX_EXECUTED_NOTEBOOK_BYTES, ExecutionResult, execute_notebook, execution_from_record,
                             execution_record, prepare_notebook)
 from grader.load import Submission, load_submission
@@ -214,7 +214,8 @@ class SubmissionGrader:
         items_checked = time.monotonic()
         # Written answers are screened here, whatever --llm says: the written stage's grade-time part.
         screened = run.screening is None
-        flags = screen(self.rubric, submission, context.answers) if screened else run.screening
+        grounded = grounding_answers(self.checks, context)
+        flags = screen(self.rubric, submission, grounded) if screened else run.screening
         stages = [*run.stages, ("checks", round(items_checked - checking, 3)),
                   ("written", round(time.monotonic() - items_checked, 3))]
         items = score_items(self.rubric, verdicts, submission, flags)
@@ -232,7 +233,7 @@ class SubmissionGrader:
         if screened:   # else the flags and the written stage's inputs in the folder are still these
             artifacts[SCREENING] = json.dumps({"key": self.screening_key(submission.sha256), "flags": flags}).encode()
             if submission.notebook is not None:
-                artifacts[WRITTEN_INPUTS] = inputs_artifact(self.rubric, submission, context.answers)
+                artifacts[WRITTEN_INPUTS] = inputs_artifact(self.rubric, submission, grounded)
         crashed = {name: v.internal for name, v in verdicts.items() if v.internal}
         if crashed:
             # The tracebacks show hidden check code: a file beside results.json, never in it.

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from grader.execute import GRADING_ENV
 from grader.harness import HARNESS_DIR
 from grader.harness.cpu_time import BACKSTOP, IDLE
 from grader.rubric import Limits
@@ -209,7 +210,9 @@ def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox
         cpu_limit = case_timeout * (workers + 1) + 30
         # Idle workers, each stopped at idle_timeout, until every group has given up: no longer.
         idle_limit = idle_timeout * (GIVE_UP_AFTER * len({c.family for c in cases}) + 1)
-        result = sandbox.run([sys.executable, str(harness)], scratch=scratch, cpu_limit=cpu_limit,
+        # The notebook's environment (grading mode), so that the student's code cannot tell the
+        # probe's runs from the notebook's by it.
+        result = sandbox.run([sys.executable, str(harness)], scratch=scratch, cpu_limit=cpu_limit, env=GRADING_ENV,
                              timeout=cpu_limit * backstop_factor, idle_limit=idle_limit, read_only=True,
                              stdin=harness_request(module_source, cases, case_timeout, sandbox.own_pid_namespace,
                                                    driver_source, backstop_factor, idle_timeout),

@@ -34,7 +34,10 @@ import torch
 from grader import cells
 from grader.checks import CheckContext, decide
 from grader.checks.linear_attention.answers import answer_checks
+from grader.checks.linear_attention.observed import observed_answers
 from grader.execute import GRADING_ENV, CellRun, ExecutionResult
+
+from test_observed_runs import grading_run_probe
 
 # Token positions the grading-mode run may push through HybridTransformerLM.forward (training,
 # evaluation and generation of Exercises 2 and 3 together).
@@ -177,3 +180,30 @@ def test_the_rubric_describes_the_grading_budgets_to_the_written_grader(run, ass
     assert f"{recall['steps']} steps of batch {recall['batch_size']} and {recall['eval_size']} evaluation" in \
         rerun["RECALL_RESULTS"].budget
     assert f"{ex2['steps']}-step" in rerun["DECAY_RESULTS"].budget
+
+
+def test_the_grader_observes_the_same_run_as_the_notebooks_cells(run, assignment):
+    """The written answers are grounded on the grader's own run of Exercises 2 to 4
+    (``probe_driver.case_grading_run``, with ``cases.GRADING_RUN``'s budgets): on the master it
+    measures the figures the notebook's run cells export, to their rounding, so the grounding
+    says what an honest notebook's run says."""
+    observed = observed_answers(CheckContext(assignment.rubric, assignment.master_path,
+                                             grading_run_probe(assignment, {}), None, None, "not executed"))
+    for name, result in run["TRAINING_RESULTS"].items():
+        seen = observed["TRAINING_RESULTS"][name]
+        assert seen["parameters"] == result["parameters"]
+        assert seen["val_loss"] == pytest.approx(result["val_loss"], abs=2e-3), name
+    for name, result in run["RECALL_RESULTS"].items():
+        seen = observed["RECALL_RESULTS"][name]
+        assert seen["distance_buckets"] == result["distance_buckets"]
+        assert seen["accuracy"] == pytest.approx(result["accuracy"], abs=1e-3), name
+        assert seen["overall_accuracy"] == pytest.approx(result["overall_accuracy"], abs=1e-3), name
+    norms = observed["DECAY_RESULTS"]["state_norms_after_tokens"]
+    assert set(norms) == set(run["DECAY_RESULTS"]["state_norms"])
+    for label, series in run["DECAY_RESULTS"]["state_norms"].items():
+        assert {int(n): v for n, v in norms[label].items()} == pytest.approx(
+            {n: series[n - 1] for n in map(int, norms[label])}, rel=1e-3), label
+    for name, layers in run["DECAY_RESULTS"]["learned_decays"].items():
+        seen = observed["DECAY_RESULTS"]["learned_decays"][name]
+        assert [len(layer) for layer in seen] == [len(layer) for layer in layers], name
+        assert [g for layer in seen for g in layer] == pytest.approx([g for layer in layers for g in layer], abs=1e-3)

@@ -8,19 +8,22 @@ keep their marks (their own tests run them all; here the master's cell stands fo
 """
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import pytest
 
 from grader import cells
-from grader.checks import CheckContext, Verdict
+from grader.checks import CheckContext, Verdict, checks_for, grounding_answers
 from grader.checks.linear_attention.benchmark import BENCHMARK_CASE, FULL, LINEAR, METHOD_ITEMS, observed_timings
 from grader.checks.linear_attention.cases import BENCHMARK
-from grader.probe import ProbeResult
+from grader.checks.linear_attention.observed import GRADING_RUN_CASE, observed_answers
+from grader.graft import submission_module_source
+from grader.probe import ProbeResult, run_probe
 
 from conftest import SWEEPS
-from probe_in_process import exercise_probe, exercise_verdicts
+from probe_in_process import exercise_probe, exercise_verdicts, probe_in_process
 
 TRAININGS = Path(__file__).parent / "trainings"
 SWEEP_CELL = (SWEEPS / "correct_prefill_by_decoding.py").read_text()
@@ -197,3 +200,124 @@ def test_the_correct_training_loops_keep_their_items(assignment):
     passed = [name for name, verdicts in graded.items() if {v.status for v in verdicts.values()} == {"passed"}]
     print(f"\ncorrect training loops left alone: {len(passed)} of {len(graded)}")
     assert len(passed) == len(graded), graded
+
+
+# ----------------------------------------------------------------------------- figures the written answers see
+
+# Honest functions whose reports are made up: each exercise function does its work, then reports
+# figures of its own (what a notebook run that "prints made-up numbers" exports).
+MADE_UP_LOSS, MADE_UP_ACCURACY, MADE_UP_NORM, MADE_UP_DECAY = 0.0123, 0.987, 7.77, 0.4321
+LYING_CELLS = {
+    "train_and_compare": f'''
+def train_and_compare(config, budget, seed=0):
+    results, models = {{}}, {{}}
+    for name, pattern in LAYER_PATTERNS.items():
+        torch.manual_seed(seed)
+        model = HybridTransformerLM(tokenizer.vocab_size, config["embedding_dim"], pattern, config["num_heads"],
+                                    max_seq_len=budget["context"], hidden_dim=config["hidden_dim"])
+        train_lm(model, train_ids, steps=budget["steps"], batch_size=budget["batch_size"],
+                 context=budget["context"], seed=seed)
+        results[name] = {{"parameters": int(model.num_parameters()), "val_loss": {MADE_UP_LOSS}, "sample": "made up"}}
+        models[name] = model
+    return results, models
+''',
+    "recall_accuracy": None,   # the master's train_recall, with the recall_accuracy below
+    "state_norms": f'''
+def state_norms(layer, inputs, logits):
+    return {{label: [{MADE_UP_NORM}] * inputs.shape[1] for label in logits}}
+
+
+def learned_decays(models):
+    return {{name: [[{MADE_UP_DECAY}] * 4 for block in model.blocks if block.kind == "linear"]
+            for name, model in models.items()}}
+''',
+}
+LYING_RECALL_ACCURACY = f'''
+
+def recall_accuracy(model, tokens, answers, distances):
+    return {{"accuracy": [{MADE_UP_ACCURACY}] * RECALL_NUM_PAIRS, "overall_accuracy": {MADE_UP_ACCURACY}}}
+'''
+
+
+def grading_run_probe(assignment, replaced: dict[str, str]) -> ProbeResult:
+    """The grading run alone, on the master's scaffold cells with the cells defining each symbol
+    of ``replaced`` replaced by its source."""
+    found = {c.id: cells.source(c) for c in assignment.master.cells if cells.SCAFFOLD in cells.tags(c)}
+    for symbol, source in replaced.items():
+        (cell_id,) = [s.cell_id for s in cells.scaffolds(assignment.master) if symbol in s.symbols]
+        found[cell_id] = source
+    module, _ = submission_module_source(assignment.master, found)
+    checks = checks_for(assignment.rubric)
+    return probe_in_process(module, [c for c in checks.probe_cases(assignment.rubric) if c.name == GRADING_RUN_CASE],
+                            checks.PROBE_DRIVER)
+
+
+def _recall_cell_with_lying_accuracy(assignment) -> str:
+    honest = cells.source(next(c for c in assignment.master.cells if c.get("id") == "ex3-recall"))
+    return honest[:honest.index("def recall_accuracy")] + LYING_RECALL_ACCURACY.lstrip("\n")
+
+
+def test_made_up_exercise_figures_never_reach_the_written_answers(assignment):
+    """Exercises 2 to 4 done honestly but reported with made-up figures, in the notebook's run
+    and in the probe's alike: the written answers are grounded on what the grader measured in its
+    observed run of the notebook's cells (the honest code's figures), and no made-up figure
+    reaches the request's grounding."""
+    lying = {**LYING_CELLS, "recall_accuracy": _recall_cell_with_lying_accuracy(assignment)}
+    honest = observed_answers(_context(assignment, grading_run_probe(assignment, {}), {}))
+    made_up = {"TRAINING_RESULTS": {n: {"parameters": 1, "val_loss": MADE_UP_LOSS} for n in honest["TRAINING_RESULTS"]},
+               "RECALL_RESULTS": {n: {"overall_accuracy": MADE_UP_ACCURACY} for n in honest["RECALL_RESULTS"]},
+               "DECAY_RESULTS": {"state_norms": {"0": [MADE_UP_NORM]}, "learned_decays": {}}}
+    context = _context(assignment, grading_run_probe(assignment, lying), made_up)
+    grounded = grounding_answers(checks_for(assignment.rubric), context)
+    for name in ("TRAINING_RESULTS", "RECALL_RESULTS", "DECAY_RESULTS"):
+        assert grounded[name] == honest[name], f"{name}: the grounding is not the honest code's observed figures"
+    text = json.dumps(grounded)
+    found = [v for v in (MADE_UP_LOSS, MADE_UP_ACCURACY, MADE_UP_NORM, MADE_UP_DECAY) if str(v) in text]
+    assert not found, f"made-up figures reached the grounding: {found}"
+    losses = [entry["val_loss"] for entry in grounded["TRAINING_RESULTS"].values()]
+    assert all(2.0 < loss < 6.0 for loss in losses), losses   # a 4-step model of ~40 characters: near ln(40)
+
+
+def test_a_variable_the_grader_could_not_observe_is_absent_not_the_notebooks(assignment):
+    """A train_and_compare that raises in the observed run: TRAINING_RESULTS is not observed, and
+    the grounding shows it absent rather than the notebook's figures; the other exercises still
+    have their observed figures."""
+    broken = {"train_and_compare": "def train_and_compare(config, budget, seed=0):\n"
+                                   "    raise RuntimeError('not today')\n"}
+    probe = grading_run_probe(assignment, broken)
+    assert "not today" in probe.cases[GRADING_RUN_CASE].info["errors"]["training"]
+    context = _context(assignment, probe, {"TRAINING_RESULTS": {"all_full": {"val_loss": MADE_UP_LOSS}}})
+    grounded = grounding_answers(checks_for(assignment.rubric), context)
+    assert grounded["TRAINING_RESULTS"] is None
+    assert grounded["RECALL_RESULTS"] is not None and grounded["DECAY_RESULTS"]["state_norms_after_tokens"]
+    assert grounded["DECAY_RESULTS"]["learned_decays"] is None   # they are the Exercise 2 models'
+
+
+def _context(assignment, probe: ProbeResult, answers: dict) -> CheckContext:
+    return CheckContext(assignment.rubric, assignment.master_path, probe, None, None, "not executed in this test",
+                        answers)
+
+
+PROBE_SEES_GRADING_MODE = '''
+import os
+if os.environ.get("G2C_GRADING") != "1":
+    raise RuntimeError("the probe is not in grading mode: " + repr(os.environ.get("G2C_GRADING")))
+'''
+
+
+def test_the_probe_runs_in_the_notebooks_grading_mode(sandbox, tmp_path):
+    """Student code cannot tell the probe from the notebook's run by G2C_GRADING: in the real
+    sandbox, a module that refuses to import outside grading mode imports."""
+    result = run_probe(PROBE_SEES_GRADING_MODE, [], sandbox, tmp_path, 30.0)
+    assert result.import_status == "ok", result.import_error
+
+
+@pytest.mark.parametrize("how", sorted(EXTRA_STEPS))
+def test_figures_of_a_training_the_grader_did_not_see_whole_are_not_shown(assignment, how):
+    """The grading run, where the training runs as in the notebook (torch's optimizers, its
+    globals, grading mode): a loop with gradient steps no observed forward accounts for gives no
+    TRAINING_RESULTS to ground the answers on; the same loop without them does."""
+    honest = grading_run_probe(assignment, {"train_and_compare": (TRAININGS / "correct_own_loop.py").read_text()})
+    extra = grading_run_probe(assignment, {"train_and_compare": _with_extra_step(EXTRA_STEPS[how])})
+    assert observed_answers(_context(assignment, honest, {}))["TRAINING_RESULTS"] is not None
+    assert observed_answers(_context(assignment, extra, {}))["TRAINING_RESULTS"] is None

@@ -120,7 +120,7 @@ class ProbeSandbox:
     def __init__(self, ready):
         self.ready = ready
 
-    def run(self, argv, *, scratch, timeout, stdin, read_only, output_bytes, share, cpu_limit,
+    def run(self, argv, *, scratch, timeout, stdin, read_only, output_bytes, share, cpu_limit, env,
             idle_limit) -> SandboxResult:
         started = time.monotonic() - WALL
         ready = started + self.ready if isinstance(self.ready, float) else self.ready

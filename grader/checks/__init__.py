@@ -3,7 +3,10 @@
 One module or package per assignment (named by the rubric's ``checks`` key). It exposes
 ``probe_cases(rubric)`` (what to run inside the sandbox, as data), ``PROBE_DRIVER`` (a file of
 case handlers the probe's harness runs beside its own ``call`` handler, or None) and
-``evaluate(context)`` (a verdict per autograded rubric item). Nothing in this package is
+``evaluate(context)`` (a verdict per autograded rubric item), and may expose
+``observed_answers(context)``: answer variables as the grader measured them in runs it observed,
+which the written answers are then grounded on instead of the notebook's own figures
+(``grounding_answers``). Nothing in this package is
 visible inside the sandbox except the driver file, which holds no expected values.
 
 Each item is decided on its own (``decide``): an exception in one check makes that item an
@@ -106,6 +109,14 @@ def root_checks_path(name: str, root: Path) -> Path | None:
         if path.is_file():
             return path
     return None
+
+
+def grounding_answers(checks: ChecksModule, context: CheckContext) -> dict[str, Any]:
+    """The answer variables the written answers are grounded on: the executed notebook's, each
+    replaced by the checks module's own observation where it makes one (``observed_answers``; a
+    None there means not observed, and the grounding says the variable is absent)."""
+    observe = getattr(checks, "observed_answers", None)
+    return {**context.answers, **(observe(context) if observe is not None else {})}
 
 
 def decide(checks: Mapping[str, Callable[[], Verdict]]) -> dict[str, Verdict]:

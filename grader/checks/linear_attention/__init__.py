@@ -11,6 +11,7 @@
 - ``decay_inspection``: Exercise 4's functions, on the grader's layer, tokens and models.
 - ``training``: Exercise 2's function, on the grader's token streams, sizes and budget.
 - ``recall``: Exercise 3's functions, on the grader's seed and budget, and its own model and queries.
+- ``observed``: the figures the written answers are grounded on, from the runs the grader observed.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from grader.checks.linear_attention import cases as inputs
 from grader.checks.linear_attention.answers import answer_checks
 from grader.checks.linear_attention.benchmark import METHOD_ITEMS, method_checks
 from grader.checks.linear_attention.decay_inspection import DECAY_ITEMS, decay_checks
+from grader.checks.linear_attention.observed import observed_answers  # noqa: F401 - the written answers' grounding
 from grader.checks.linear_attention.recall import RECALL_ITEMS, recall_checks
 from grader.checks.linear_attention.training import TRAINING_ITEMS, training_checks
 from grader.checks.linear_attention.hybrid import hybrid_problem, run_failure

@@ -163,16 +163,35 @@ def _median(values: list[float]) -> float:
     return sorted(values)[len(values) // 2]
 
 
+def observed_sweep(context: CheckContext) -> tuple[dict[str, dict[int, list[float]]] | None, str]:
+    """The grader's observed run of the sweep at the notebook's lengths: per path (its ``times``
+    key), the medians the grader's timer measured at each history length; or None and why not."""
+    lengths = BENCHMARK["notebook_lengths"]
+    out = context.probe.cases.get(BENCHMARK_CASE) if context.probe is not None else None
+    run = out.info.get("notebook_run") if out is not None and out.status == "ok" else None
+    if not run or run.get("error") or not run.get("measurements"):
+        return None, ((run or {}).get("error") or (out.error if out is not None and out.status != "ok" else None)
+                      or (context.probe_problem if context.probe is None
+                          else "the probe did not time your decode_step_sweep"))
+    found = {}
+    for path in (FULL, LINEAR):
+        medians = _medians(_measurements_of(run["measurements"], path), path)
+        if path is LINEAR:   # the linear calls do not show T: the i-th measurement is the i-th length
+            medians = list(zip(lengths, (m for _, m in medians))) if len(medians) == len(lengths) else []
+        by_length: dict[int, list[float]] = {}
+        for length, median in medians:
+            by_length.setdefault(length, []).append(median)
+        found[path.times] = by_length
+    return found, ""
+
+
 def observed_timings(context: CheckContext, reported: dict[str, Any]) -> Verdict:
     """Whether the times DECODE_BENCHMARK reports (``reported``, checked for shape by
     benchmark_fields) agree, within ``TIMING_FACTOR``, with the medians the grader's timer measured
     in its observed run of the sweep at the notebook's lengths, at every length both measured."""
     lengths = BENCHMARK["notebook_lengths"]
-    out = context.probe.cases.get(BENCHMARK_CASE) if context.probe is not None else None
-    run = out.info.get("notebook_run") if out is not None and out.status == "ok" else None
-    if not run or run.get("error") or not run.get("measurements"):
-        why = (run or {}).get("error") or (out.error if out is not None and out.status != "ok" else None) or (
-            context.probe_problem if context.probe is None else "the probe did not time your decode_step_sweep")
+    run, why = observed_sweep(context)
+    if run is None:
         return Verdict("failed", "the notebook's timings count only beside the grader's observed run of your "
                                  f"decode_step_sweep at the notebook's history lengths, which gave none: {why}")
     shared = [t for t in reported["history_lengths"] if t in lengths]
@@ -181,13 +200,10 @@ def observed_timings(context: CheckContext, reported: dict[str, Any]) -> Verdict
                                  f"length with the grader's observed run of your sweep ({lengths}): report the run "
                                  "the provided cell makes")
     for path in (FULL, LINEAR):
-        medians = _medians(_measurements_of(run["measurements"], path), path)
-        if path is LINEAR:   # the linear calls do not show T: the i-th measurement is the i-th length
-            medians = list(zip(lengths, (m for _, m in medians))) if len(medians) == len(lengths) else []
         for i, (length, value) in enumerate(zip(reported["history_lengths"], reported[path.times])):
             if length not in shared:
                 continue
-            measured = [m for t, m in medians if t == length]
+            measured = run[path.times].get(length)
             if not measured:
                 return Verdict("failed", f"the grader's observed run of your sweep timed no {path.label} at T = "
                                          f"{length}, so DECODE_BENCHMARK['{path.times}'][{i}] has nothing to "

@@ -73,6 +73,18 @@ RECALL_TRAINING = {"seed": 6, "model": {"embedding_dim": 16, "num_heads": 4},
                    "budget": {"steps": 3, "batch_size": 4, "lr": 1e-3}, "patterns": LEARNED_DECAYS["patterns"]}
 RECALL_SCORING = {"seed": 8, "rows": 24, "vocab_size": RECALL_VOCAB, "embedding_dim": 8, "num_heads": 2,
                   "max_seq_len": 3 * RECALL_PAIRS}
+# The notebook's grading-mode run of Exercises 2 to 4 (``probe_driver.case_grading_run``), as its
+# run cells make it: the data, budgets, seeds and sizes, the layer patterns in their order. The
+# written answers are grounded on what the grader measures in that run (``observed``).
+GRADING_RUN = {"patterns": LEARNED_DECAYS["patterns"],
+               "training": {"stories": 200, "max_chars": 200_000, "eval_seed": 1234,
+                            "budget": {"steps": 4, "batch_size": 4, "context": 32, "eval_batches": 1,
+                                       "sample_tokens": 24}},
+               "recall": {"model": {"embedding_dim": 64, "num_heads": 4}, "eval_seed": 999,
+                          "budget": {"steps": 4, "batch_size": 8, "eval_size": 16, "lr": 1e-3}},
+               "norms": {"embedding_dim": 128, "num_heads": 4, "tokens": 512, "positions": [1, 8, 64, 128, 256, 512],
+                         "logits": {"50": 50.0, "4.6": 4.6, "0": 0.0}}}
+GRADING_RUN_LINEAR_LAYERS = 4   # at most, in one model of the patterns
 HYBRID = {"vocab_size": 23, "embedding_dim": 16, "num_heads": 4,
           "layer_pattern": ["linear", "linear", "linear", "full"],
           "max_seq_len": 32, "hidden_dim": 32, "seed": 3}
@@ -126,7 +138,13 @@ KEEP = {"forward": ("y", "decay"), "steps": ("y",),
         "learned_decays": (),
         "training": (),
         "recall_training": (),
-        "recall_scoring": ()}
+        "recall_scoring": (),
+        "grading_run": ("train.inputs", "recall.tokens",
+                        *(f"{run}.{name}.logits" for run in ("train", "recall") for name in GRADING_RUN["patterns"]),
+                        *(f"decay.{name}.{i}" for name in GRADING_RUN["patterns"]
+                          for i in range(GRADING_RUN_LINEAR_LAYERS)),
+                        *(f"norms.{label}.{n}" for label in GRADING_RUN["norms"]["logits"]
+                          for n in GRADING_RUN["norms"]["positions"]))}
 
 
 def token_segments(bounds: list[tuple[int, int]]) -> Segments:
@@ -304,4 +322,5 @@ def _probe_cases() -> tuple[ProbeCase, ...]:
     cases.append(ProbeCase("recall_training", "recall_training", RECALL_TRAINING, {}, KEEP["recall_training"]))
     cases.append(ProbeCase("recall_scoring", "recall_scoring", RECALL_SCORING, recall_queries(),
                            KEEP["recall_scoring"]))
+    cases.append(ProbeCase("grading_run", "grading_run", GRADING_RUN, {}, KEEP["grading_run"]))
     return tuple(sorted(cases, key=lambda c: "only_if_failed" in c.config))   # fallbacks after what they stand in for

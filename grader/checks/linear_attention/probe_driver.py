@@ -16,6 +16,7 @@ _tensor, _stack, _no_grad, _clone = torch.tensor, torch.stack, torch.no_grad, to
 _register_hook = torch.Tensor.register_hook
 _grad_enabled = torch.is_grad_enabled
 _manual_seed, _cross_entropy, _Tensor = torch.manual_seed, torch.nn.functional.cross_entropy, torch.Tensor
+_Generator, _randn, _FLOAT64 = torch.Generator, torch.randn, torch.float64
 _LONG, _FLOAT32, _perf_counter, _sorted = torch.long, torch.float32, time.perf_counter, sorted
 _isinstance, _type, _len, _int, _float, _list, _dict = isinstance, type, len, int, float, list, dict
 _getattr, _setattr, _min, _max, _range, _id = getattr, setattr, min, max, range, id
@@ -710,7 +711,90 @@ def case_recall_scoring(module, inputs, config):
     return {"returned": returned, "type": _type(result).__name__, "rows_scored": asked[0]}
 
 
+def case_grading_run(module, inputs, config):
+    """Exercises 2 to 4 as the notebook's run cells run them in grading mode (their data, budgets,
+    seeds and module globals, torch's own optimizers), so that the figures the written answers
+    are grounded on come from a run the grader observed: after each exercise function returns,
+    this driver measures what it made, and the trusted side computes the figures.
+
+    - Exercise 2: each model ``train_and_compare`` returned, described as ``case_training``
+      describes it (``models``: which observed model it is, the gradients it received), evaluated
+      on the held-out windows the provided ``evaluate_loss`` reads (``train.inputs``,
+      ``train.<name>.logits``); each linear layer's gamma_logit (``decay.<name>.<i>``, bottom to
+      top).
+    - Exercise 3: each model ``train_recall`` returned, run on the notebook's evaluation rows
+      (``recall.tokens``; the logits at the query positions, ``recall.<name>.logits``).
+    - Exercise 4: the notebook's decay layer and inputs, stepped by the layer's own ``step`` from
+      a fresh state under each decay logit; S after the token counts the notebook prints
+      (``norms.<label>.<n>``).
+    ``errors``: per exercise, what stopped it."""
+    errors, models = {}, {}
+    setup, budget = config["training"], config["training"]["budget"]
+    module.TINYSTORIES_PATH = None
+    module.EX2_BUDGET, module.STORY_COUNT, module.MAX_CHARS = _dict(budget), setup["stories"], setup["max_chars"]
+    module.story_text = module.load_story_text(None, num_stories=setup["stories"], seed=0,
+                                               max_chars=setup["max_chars"])
+    module.tokenizer = module.CharTokenizer(module.story_text)
+    module.story_ids = _tensor(module.tokenizer.encode(module.story_text), dtype=_LONG)
+    module.split = _int(0.9 * _len(module.story_ids))
+    module.train_ids, module.val_ids = module.story_ids[:module.split], module.story_ids[module.split:]
+    windows, _ = module.get_batch(module.val_ids, budget["batch_size"], budget["context"],
+                                  _Generator().manual_seed(setup["eval_seed"]))
+    windows = _clone(windows)
+    save_output("train.inputs", windows.to(dtype=_FLOAT64))
+    with ObservedForwards(module) as observed:
+        try:
+            results, trained = module.train_and_compare(module.STORYLM_1M, _dict(budget))
+            module.TRAINING_RESULTS, module.STORY_MODELS = results, trained
+            models = {name: _described(module, observed, trained[name]) for name in config["patterns"]}
+        except Exception as exc:  # noqa: BLE001 - the exercise's failure is a finding
+            errors["training"] = describe_error(exc)
+    try:
+        for name in models:
+            model = module.STORY_MODELS[name]
+            with _no_grad():
+                save_output(f"train.{name}.logits", _clone(model(windows)))
+            linear = [b for b in model.blocks if _getattr(b, "kind", None) == "linear"]
+            for i, block in enumerate(linear):
+                save_output(f"decay.{name}.{i}", _clone(block.attn.gamma_logit.detach()))
+    except Exception as exc:  # noqa: BLE001 - a model that cannot be evaluated has no figures
+        errors["training"] = describe_error(exc)
+    recall = config["recall"]
+    module.RECALL_CONFIG, module.RECALL_BUDGET = _dict(recall["model"]), _dict(recall["budget"])
+    module.RECALL_DISTANCES = _list(_range(1, module.RECALL_NUM_PAIRS + 1))
+    tokens, answers, distances = module.recall_batch(recall["budget"]["eval_size"],
+                                                     _Generator().manual_seed(recall["eval_seed"]))
+    module.eval_tokens, module.eval_answers, module.eval_distances = tokens, answers, distances
+    tokens = _clone(tokens)
+    save_output("recall.tokens", tokens.to(dtype=_FLOAT64))
+    try:
+        for name, pattern in config["patterns"].items():
+            model = module.train_recall(_list(pattern), _dict(recall["model"]), _dict(recall["budget"]), 0)
+            with _no_grad():
+                save_output(f"recall.{name}.logits", _clone(model(tokens)[:, -module.RECALL_NUM_PAIRS:]))
+    except Exception as exc:  # noqa: BLE001 - the exercise's failure is a finding
+        errors["recall"] = describe_error(exc)
+    norms = config["norms"]
+    try:
+        _manual_seed(0)
+        layer = module.LinearAttention(norms["embedding_dim"], norms["num_heads"])
+        x = _randn(1, norms["tokens"], norms["embedding_dim"])
+        module.decay_layer, module.decay_inputs = layer, x
+        with _no_grad():
+            for label, logit in config["norms"]["logits"].items():
+                layer.gamma_logit.fill_(logit)
+                state = None
+                for t in _range(norms["tokens"]):
+                    _, state = layer.step(x[:, t], state)
+                    if t + 1 in norms["positions"]:
+                        save_output(f"norms.{label}.{t + 1}", _clone(state[0]))
+    except Exception as exc:  # noqa: BLE001 - the exercise's failure is a finding
+        errors["norms"] = describe_error(exc)
+    return {"errors": errors, "models": models}
+
+
 HANDLERS = {"forward": case_forward, "steps": case_steps, "state_growth": case_state_growth,
             "state_contract": case_state_contract, "hybrid": case_hybrid, "benchmark": case_benchmark,
             "decay_norms": case_decay_norms, "learned_decays": case_learned_decays, "training": case_training,
-            "recall_training": case_recall_training, "recall_scoring": case_recall_scoring}
+            "recall_training": case_recall_training, "recall_scoring": case_recall_scoring,
+            "grading_run": case_grading_run}
