@@ -18,6 +18,10 @@ WRITTEN_TAG = "written"   # the pipeline's own tag of written questions; every o
 INLINE_TAG = "inline"     # the pipeline's own tag of the master's test cells that name no tag
 DEFAULT_CHECKS = "grader.checks.default"   # the checks module of a rubric that names none
 VISIBILITIES = frozenset({"visible", "hidden", "after_due_date", "after_published"})
+#: The languages a rubric may allow written answers in: those the written stage's screen
+#: (grader/written/injection.py) reads, its patterns and word lists written for each.
+ANSWER_LANGUAGES = {"en": "English", "de": "German", "fr": "French", "es": "Spanish", "pt": "Portuguese",
+                    "ja": "Japanese", "zh": "Chinese"}
 
 
 class RubricError(ValueError):
@@ -105,7 +109,16 @@ class LLMSettings:
     visibility: str = "after_published"
     # What the graded notebooks are, in the grader's instructions ("... answer from {notebook}").
     notebook: str = "a course notebook"
+    # The course's language, and the others its answers may use: an answer or a quote in one of
+    # them is screened and confirmed in it, never held for being in it (ISO 639-1 codes).
+    language: str = "en"
+    other_languages: tuple[str, ...] = ()
     prices: Prices = field(default_factory=Prices)
+
+    @property
+    def languages(self) -> tuple[str, ...]:
+        """Every language answers may use, the course's first."""
+        return (self.language, *(code for code in self.other_languages if code != self.language))
 
 
 @dataclass(frozen=True)
@@ -228,7 +241,11 @@ RUBRIC_SCHEMA = Field("a rubric file", keys={
     })),
     "written": Field("the LLM rubric of the Question/Answer cells", keys={
         **{key: value for key, value in _fields_of(LLMSettings, {
-            "notebook": "what the notebooks are, in the grader's instructions"}).items() if key != "prices"},
+            "notebook": "what the notebooks are, in the grader's instructions",
+            "language": "the course's language, as an ISO 639-1 code (default `en`): answers may always use it",
+            "other_languages": "further languages answers may use (codes, default none): an answer or quote in "
+                               "one is screened and confirmed in it, never held for its language; one the screen "
+                               "does not read is refused at load"}).items() if key != "prices"},
         "prices_per_mtok": Field("USD per million tokens, for the estimate and --llm-budget",
                                  keys=_fields_of(Prices, {})),
         "rerun": Field("per answer variable, the grader's run of it", values=Field("one variable", keys={
@@ -429,6 +446,7 @@ def _reruns(raw: Any, path: Path, answer_variables: set[str]) -> dict[str, Rerun
 def _llm_settings(written: dict[str, Any], path: Path) -> LLMSettings:
     known = {f for f in LLMSettings.__dataclass_fields__} - {"prices"}
     given = {k: v for k, v in written.items() if k in known}
+    given.update(_languages(written, path))
     try:
         prices = Prices(**{k: float(v) for k, v in (written.get("prices_per_mtok") or {}).items()})
         settings = LLMSettings(**given, prices=prices)
@@ -437,6 +455,24 @@ def _llm_settings(written: dict[str, Any], path: Path) -> LLMSettings:
     if settings.visibility not in VISIBILITIES:
         raise RubricError(f"{path}: written visibility {settings.visibility!r} is not one of {sorted(VISIBILITIES)}")
     return settings
+
+
+def _languages(written: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``written.language`` and ``written.other_languages``, checked against the languages the
+    screen reads (a language it cannot read would pass its answers unread)."""
+    found: dict[str, Any] = {}
+    if "language" in written:
+        found["language"] = written["language"]
+    if "other_languages" in written:
+        others = written["other_languages"]
+        if not isinstance(others, list):
+            raise RubricError(f"{path}: written other_languages must be a list of language codes (got {others!r})")
+        found["other_languages"] = tuple(others)
+    for code in (found.get("language", "en"), *found.get("other_languages", ())):
+        if not isinstance(code, str) or code not in ANSWER_LANGUAGES:
+            raise RubricError(f"{path}: written language {code!r} is not one the screen reads: "
+                              + ", ".join(f"{c} ({name})" for c, name in ANSWER_LANGUAGES.items()))
+    return found
 
 
 def check_questions(rubric: Rubric, master_questions: set[str], path: Path) -> None:

@@ -5,8 +5,8 @@ The stand-in on the local API server awards every criterion its maximum, quotes 
 sentences that carry the injection (or the whole answer), answers yes to every confirmation and
 never flags: the grader's own checks are all that stands between an injection and its points.
 The injection corpus (tests/written_corpora.py: every class a round of students tried) gains
-nothing; honest answers in the course's vocabulary are never flagged, and the few honest
-sentences that would wait for a TA if quoted are listed with the figures.
+nothing; honest answers in the course's vocabulary, in every language the rubric allows, are
+never flagged and none of their sentences would wait for a TA if quoted (the figures are printed).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from grader.written.injection import quote_problems, suspicious
 from conftest import ROOT
 from llm_server import answer_of, sentences
 from test_written import FIRST, api, folder, item, server  # noqa: F401 - the local API server's fixtures
-from written_corpora import EXPLANATIONS, INJECTIONS, OTHER_LANGUAGES, honest_sentences
+from written_corpora import INJECTIONS, honest_sentences
 
 HONEST_ANSWER = "The crossover is at 1024 tokens: from there on one linear step is cheaper than a cached full step."
 
@@ -78,11 +78,13 @@ def test_injections_gain_nothing_from_a_model_that_obeys_them(api, assignment, t
     assert flagged + waiting == len(graded) and all(i.status == "pending_review" for i in graded.values())
 
 
-def test_honest_answers_are_never_flagged_and_rarely_wait(assignment):
+def test_honest_answers_are_never_flagged_and_never_wait(assignment):
     """The detector on several hundred honest answers in the course's vocabulary (attention,
     model, assistant, grader's re-run, marker tokens, "note that", imperative explanations; the
     detector's languages) and the calibration and reference answers of both assignments; and the
-    quote screen on each of their sentences, as a model would quote them."""
+    quote screen on each of their sentences, as a model would quote them, in the languages the
+    shipped rubric allows (imperatives with a grading verb and prose in German, French, Spanish
+    or Chinese used to wait)."""
     answers = honest_sentences()
     for name in ("linear_attention", "linear_attention_hyena"):
         other = Assignment(name)
@@ -91,14 +93,13 @@ def test_honest_answers_are_never_flagged_and_rarely_wait(assignment):
         answers += [entry["answer"] for entries in calibration.values() for entry in entries]
     flagged = [a for a in answers if suspicious(a)]
     quotes = [s for answer in answers for s in sentences(answer)]
-    waiting = {q: quote_problems(q) for q in quotes if quote_problems(q)}
+    languages = assignment.rubric.llm.languages
+    waiting = {q: quote_problems(q, languages) for q in quotes if quote_problems(q, languages)}
     print(f"\nhonest answers: {len(answers)}, flagged {len(flagged)}; their sentences quoted as evidence: "
-          f"{len(quotes)}, waiting for a TA {len(waiting)} (imperatives with a grading verb, other languages)")
+          f"{len(quotes)}, waiting for a TA {len(waiting)}")
     assert not flagged, flagged
     assert len(answers) >= 300
-    # only the explanations written as orders with a grading verb, and prose in other languages, wait
-    assert set(waiting) <= set(EXPLANATIONS) | set(OTHER_LANGUAGES), waiting
-    assert len(waiting) <= len(quotes) // 50
+    assert not waiting, waiting
 
 
 def test_every_injection_quote_is_screened_whatever_its_class():

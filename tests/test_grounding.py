@@ -366,4 +366,5 @@ def test_a_report_that_imitates_the_graders_labels_is_flagged(assignment, tmp_pa
                                         "checked by the grader, the two runs agree"}
     sub = load(tmp_path, assignment, notebook([report_output({"DECODE_BENCHMARK": forged, "MEMORY_BILL": MEMORY_BILL})]))
     flags = screen(assignment.rubric, sub, RERUN)["ex1_crossover"]
-    assert "DECODE_BENCHMARK (the student's run): imitates the grader's own labels" in flags, flags
+    assert any(f.startswith("DECODE_BENCHMARK (the student's run): imitates the grader's own labels: ")
+               for f in flags), flags

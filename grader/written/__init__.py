@@ -321,7 +321,8 @@ def _confirm(client: Any, items: list[_Item], drafts: dict[str, Draft | str], sc
         if not isinstance(draft, Draft) or item.flags or draft.injection_suspected or (
                 isinstance(screening, Screening) and screening.addresses_grader):
             continue
-        for criterion, quotes in evidence.needs_confirmation(item.question, draft.criteria, item.answer).values():
+        for criterion, quotes in evidence.needs_confirmation(item.question, draft.criteria, item.answer,
+                                                             rubric.llm.languages).values():
             key = evidence.confirm_key(rubric.llm, item.question, criterion, quotes)
             if key in found or key in jobs:
                 continue
@@ -346,12 +347,13 @@ def _confirm(client: Any, items: list[_Item], drafts: dict[str, Draft | str], sc
 def _pending_items(out_dir: Path, results: list[GradeResult], rubric: Rubric,
                    assignment: Assignment) -> list[_Item]:
     questions = {q.item_name: q for q in rubric.questions}
-    # A draft depends on its own question's rubric entry and reference answer, and on how the
-    # instructions name the notebook (``written.notebook``), not on the rest; the guard, on
-    # the notebook's name only.
-    rubric_of = {q.id: hashlib.sha256(repr((q, assignment.reference_answers[q.id], rubric.llm.notebook)).encode()
+    # A draft depends on its own question's rubric entry and reference answer, and on what the
+    # instructions say of the course (``written.notebook``, the languages answers may use), not on
+    # the rest; the guard, on those two only.
+    course = (rubric.llm.notebook, rubric.llm.languages)
+    rubric_of = {q.id: hashlib.sha256(repr((q, assignment.reference_answers[q.id], *course)).encode()
                                       ).hexdigest() for q in rubric.questions}
-    guard_of = hashlib.sha256(repr(("guard", rubric.llm.notebook)).encode()).hexdigest()
+    guard_of = hashlib.sha256(repr(("guard", *course)).encode()).hexdigest()
     found = []
     for result in results:
         try:

@@ -8,25 +8,29 @@ Text is first brought to what a reader (a person or a model) takes it for: escap
 out (``\\u0069``, ``&#105;``) are decoded, Unicode tag characters are decoded to the ASCII they
 encode, invisible and direction-changing characters are removed (their presence is itself a
 flag), then NFKC folds full-width and other compatibility forms, accents and combining marks
-are dropped, and letters that look like Latin ones (UTS #39 confusables: Cyrillic "а", Greek
-"ο"; small capitals) become those Latin letters. The patterns then look, in English,
-German, French, Spanish and Chinese, for the forms seen in practice: orders to ignore the
-instructions, requests for marks, notes to the marker / examiner / TA / AI, text posing as the
-rubric, the system or a grade, imitations of the data delimiters and of the grader's reply.
+are dropped (the voicing marks of kana kept), and letters that look like Latin ones (UTS #39
+confusables: Cyrillic "а", Greek "ο"; small capitals) become those Latin letters. The patterns
+then look, in English, German, French, Spanish, Portuguese, Japanese and Chinese, for the forms
+seen in practice: orders to ignore the instructions, requests for marks, notes to the marker /
+examiner / TA / AI, text posing as the rubric, the system or a grade, imitations of the data
+delimiters and of the grader's reply.
 They are kept narrow so that honest answers about attention scores, models and prompts pass
-(tests/test_injection.py runs them over the course's reference and TA-scored answers).
+(tests/test_injection.py runs them over the course's reference and TA-scored answers;
+tests/test_honest_languages.py over honest writing in every language). Each reason quotes the
+words that triggered it, so a TA sees at once whether it is a false alarm.
 """
 from __future__ import annotations
 
 import functools
+import gzip
 import json
 import re
 import unicodedata
-from collections.abc import Iterator, Mapping
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from importlib import resources
 
-from spellchecker import SpellChecker
-
+from grader.rubric import ANSWER_LANGUAGES
 from grader.written.prompt import ABSENT, MAX_ANSWER_CHARS, MAX_GROUNDING_CHARS
 
 INVISIBLE = "contains invisible or direction-changing characters"
@@ -45,6 +49,8 @@ _TAGS = re.compile("[\U000e0000-\U000e007f]+")
 # vowels and Mongolian variation selectors.
 _INVISIBLE_OTHER = frozenset("\u034f\u115f\u1160\u17b4\u17b5\u180b\u180c\u180d\u180f\u3164\uffa0")
 _LATIN_ALNUM = re.compile(r"[A-Za-z0-9]+")
+_KANA = re.compile("[\u3040-\u30ff]")
+_KANA_VOICING = "\u3099\u309a"
 
 
 def _unescape(text: str) -> str:
@@ -104,18 +110,26 @@ def _latin_lookalikes() -> dict[int, str]:
 
 
 def readable(text: str) -> tuple[str, list[str]]:
-    """``text`` as the patterns read it, and what hiding was undone on the way (reasons)."""
+    """``text`` as the patterns read it, and what hiding was undone on the way (reasons, each
+    with what was hidden: the text in tag characters, the invisible characters and where)."""
     reasons = []
     text = _unescape(text)
     if _TAGS.search(text):
-        reasons.append(TAGGED)
+        hidden_text = " ".join(_untag(m).strip() for m in _TAGS.finditer(text))
+        reasons.append(f"{TAGGED}: {_said(hidden_text)}")
         text = _TAGS.sub(_untag, text)
-    hidden = {i for i in range(len(text)) if _invisible(text, i)}
+    hidden = [i for i in range(len(text)) if _invisible(text, i)]
     if hidden:
-        reasons.append(INVISIBLE)
-        text = "".join(ch for i, ch in enumerate(text) if i not in hidden)
+        codes = list(dict.fromkeys(f"U+{ord(text[i]):04X}" for i in hidden))
+        before = "".join(ch for i, ch in enumerate(text[:hidden[0]]) if i not in hidden)[-20:]
+        reasons.append(f"{INVISIBLE}: {', '.join(codes[:3])}{' and more' if len(codes) > 3 else ''} "
+                       f"({len(hidden)} in all), the first after {_said(before)}")
+        gone = set(hidden)
+        text = "".join(ch for i, ch in enumerate(text) if i not in gone)
     text = unicodedata.normalize("NFD", unicodedata.normalize("NFKC", text))
-    text = "".join(ch for ch in text if unicodedata.category(ch) not in ("Mn", "Me"))   # accents, marks
+    # accents and marks dropped, but for the voicing marks of kana, which make other words (ブ is not フ)
+    text = "".join(ch for i, ch in enumerate(text) if unicodedata.category(ch) not in ("Mn", "Me")
+                   or ch in _KANA_VOICING and i and _KANA.match(text[i - 1]))
     return unicodedata.normalize("NFC", text.translate(_latin_lookalikes())), reasons
 
 
@@ -136,6 +150,15 @@ _GIVE_EN = (r"\b(give|assign|mark|score|rate|grade)\s+(me|us|it|this(\s+(answer|
             r"the\s+(student|answer|response|submission))\b")
 _ALL_MARKS_EN = (r"\b(full|maximum|max|all(\s+the)?|perfect|top|highest|every)\s+(possible\s+)?"
                  r"(marks?|points?|credit|score|grade)\b")
+
+# "full marks" sent to a thing of the subject ("full marks for the cache") rather than to the answer
+_NOT_A_PUN = (r"(?!\s+(for|to)\s+(the|a|an|its|their|our)\s+(?!(answer|response|submission|student|attempt|work|effort|"
+              r"question|essay|exercise|grader|marker|writer|author)s?\b)[a-z])")
+# A system prompt or message, named in each language the screen reads.
+_SYSTEM_TERMS = (r"(system|developer|admin(istrator)?)\s+(prompt|message|instructions?)|system-?prompt|"
+                 r"systemanweisung\w*|systemnachricht\w*|(message|invite|prompt|instructions?)\s+systeme|"
+                 r"(mensaje|instrucciones?|prompt)\s+del\s+sistema|(mensagem|instrucoes|instrucao|prompt)\s+do\s+sistema|"
+                 r"システムプロンプト|システムメッセージ|システム指示|系统提示词?|系统消息|系统指令")
 
 _RULES: list[tuple[str, list[str]]] = [
     ("tells the grader to ignore its instructions", [
@@ -161,15 +184,23 @@ _RULES: list[tuple[str, list[str]]] = [
         rf"no\s+siga[n]?|omite|omitir|descarta[r]?)\b{_GAP}"
         r"\b(instrucciones|instruccion|indicaciones|criterios|rubrica|reglas|prompt|directrices|pautas|"
         r"lo\s+anterior)\b",
+        # Portuguese
+        rf"\b(ignor[ae][rm]?|esquec[ae][rm]?|desconsider[ae][rm]?|nao\s+sig[ao]m?|nao\s+sigas|deixe\s+de\s+lado)\b"
+        rf"{_GAP}\b(instrucoes|instrucao|indicacoes|criterios|rubrica|regras|prompt|diretrizes|orientacoes|"
+        r"o\s+que\s+foi\s+dito)\b",
         # Chinese
         r"(忽略|忽视|无视|不要理会|不理会|别理会|不要遵循|不要遵守|忘记|忘掉|抛开|跳过)[^。.\n]{0,12}?"
         r"(指令|指示|说明|规则|要求|提示词|提示|评分标准|评分规则|评分细则|评分准则)",
+        # Japanese (the verb comes last)
+        r"(指示|命令|ルール|規則|評価基準|採点基準|ルーブリック|プロンプト|これまでの内容|上記の内容|以上の内容)"
+        r"[^。.\n]{0,12}?(無視|忘れ|従わな)",
     ]),
     ("asks for marks", [
         # English
         rf"\b(award|grant)\b{_GAP}{_ALL_MARKS_EN}",
         rf"{_GIVE_EN}{_GAP}{_ALL_MARKS_EN}",
-        r"\b(full|maximum|max|top)\s+(marks|credit)\b|\bfull\s+points\b|\ball\s+(the\s+)?marks\b",
+        # bare, unless they go to a thing of the subject ("full marks for the cache": a pun on a full cache)
+        rf"(\b(full|maximum|max|top)\s+(marks|credit)\b|\bfull\s+points\b|\ball\s+(the\s+)?marks\b){_NOT_A_PUN}",
         r"\b(\d+(\.\d+)?)\s*/\s*\1\s*(points?|marks?|pts)\b",
         rf"\b(deserves?|merits?|warrants?|is\s+worth)\b[^.\n]{{0,20}}?{_ALL_MARKS_EN}",
         rf"\b(please|kindly)\b{_GAP}\b(award|give|grant|pass|accept)\b{_GAP}\b(marks?|points?|credit|grade|score)\b",
@@ -190,8 +221,16 @@ _RULES: list[tuple[str, list[str]]] = [
         r"\b(todos\s+los\s+puntos|la\s+(maxima|mejor)\s+(puntuacion|nota|calificacion)|"
         r"(puntuacion|nota|calificacion|puntaje)\s+(maxima|completa|perfecta|maximo))",
         r"\b(nota|calificacion)\s+(maxima|perfecta)\b|\bmaxima\s+(nota|calificacion)\b",
+        # Portuguese
+        # "de" and "da" (de, dá folded) are prepositions too: a verb only where a request starts
+        rf"((^|[.!?:;,]\s*|\bfavor\s+)(de|da)|\b(deem|atribu[ae]\w*|conced[ae]\w*|coloque|ponha|dar))\b{_GAP}"
+        r"\b(a\s+nota\s+maxima|nota\s+maxima|todos\s+os\s+pontos|a\s+pontuacao\s+maxima|pontuacao\s+maxima|"
+        r"nota\s+(dez|10|perfeita)|a\s+melhor\s+nota)",
+        r"\b(nota|avaliacao)\s+(maxima|perfeita)\b|\bnota\s+dez\b",
         # Chinese
         r"满分|(给|打|评|判|授予|给予)[^。.\n]{0,10}?(最高分|全部分数|所有分数|全分)",
+        # Japanese
+        r"満点|(最高|満)点を?(つけ|付け|与え|くだ|下さ)|(全て|すべて|全部)の(点|点数|得点)を",
     ]),
     ("addresses the grader", [
         # English
@@ -228,20 +267,32 @@ _RULES: list[tuple[str, list[str]]] = [
         r"(ia|inteligencia\s+artificial|asistente)\b",
         r"\b(si\s+)?(eres|usted\s+es)\s+(ahora\s+)?(una?|el|la)\s+(ia|corrector\w*|evaluador\w*|examinador\w*|"
         r"modelo\s+de\s+lenguaje|inteligencia\s+artificial)\b",
+        # Portuguese
+        r"\b(car[oa]s?|prezad[oa]s?|ola|(nota|mensagem|recado)\s+(para\s+o|para\s+a|ao|a)|ao|a|para\s+o|para\s+a)\s+"
+        r"(corretor|corretora|avaliador|avaliadora|examinador|examinadora|monitor|monitora|tutor|tutora)\b",
+        r"\b(car[oa]|prezad[oa]|ola|(nota|mensagem)\s+para)\s+(a\s+|o\s+)?(ia|inteligencia\s+artificial|assistente)\b",
+        r"\b(se\s+)?(voce\s+e|tu\s+es)\s+(agora\s+)?(uma?|o|a)\s+(ia|corretor\w*|avaliador\w*|examinador\w*|"
+        r"modelo\s+de\s+linguagem|inteligencia\s+artificial)\b",
         # Chinese
         r"阅卷|评分员|评分者|评分人|评分老师|批改老师|批改者|批改人|助教|考官|评卷|判卷",
+        # Japanese: a grader spoken to, or told what it is
+        r"(採点者|採点官|採点担当|評価者|試験官|添削者|先生)(様|さま|さん|殿|各位|へ)",
+        r"(あなた|君|きみ)は[^。.\n]{0,10}?(ai|人工知能|言語モデル|採点者|評価者|アシスタント)|aiとして",
         r"(你是|您是|你现在是|如果你是)(?!否)[^。.\n]{0,8}?(ai|人工智能|语言模型|大模型|评分|批改|助手)"
         r"|作为(一个)?(ai|人工智能)",
     ]),
     ("poses as instructions", [
-        r"\b(system|developer|admin(istrator)?)\s+(prompt|message|instructions?|override|note|notice)\b",
+        r"\b(system|developer|admin(istrator)?)\s+(override|note|notice|update|alert)\b",
+        # a system prompt, message or instructions as a heading or a label, in every language: an answer
+        # about the system prompt (what it is, what it costs) names it inside a sentence
+        rf"^[\s\[(<{{#*>|-]*({_SYSTEM_TERMS})\b|\b({_SYSTEM_TERMS})\s*[:=>\])]|[\[(<]\s*({_SYSTEM_TERMS})",
+        r"\b(new|updated|real|actual|hidden|secret|true)\s+system\s+(prompt|message|instructions?)\b",
         r"\bnew\s+(instructions?|rubric|criteria|grading\s+(rules|instructions))\b",
         r"\byour\s+(new\s+)?(task|job|role|instructions?)\s+(is|are|now)\b",
         r"^\s*#{1,6}\s*(instructions?|system|response)\b",
-        r"\b(systemanweisung\w*|systemnachricht\w*|systemprompt|neue\s+anweisung\w*)\b",
-        r"\b(message|invite|prompt|instructions?)\s+systeme\b|\bnouvelles?\s+(instructions?|consignes?|regles)\b",
-        r"\b(mensaje|instrucciones?|prompt)\s+del\s+sistema\b|\bnuevas?\s+(instrucciones|reglas|rubrica|criterios)\b",
-        r"系统提示|系统消息|系统指令|开发者消息|新的指令|新指令",
+        r"\bneue\s+anweisung\w*\b|\bnouvelles?\s+(instructions?|consignes?|regles)\b",
+        r"\bnuevas?\s+(instrucciones|reglas|rubrica|criterios)\b|\bnovas?\s+(instrucoes|regras|rubrica|criterios)\b",
+        r"开发者消息|新的指令|新指令|新しい指示|新たな指示|新しいルール",
     ]),
     ("poses as rubric or grade text", [
         r"^[-*#>\s]*((rubric|criteri(on|a)|grading|marking\s+scheme|grade|points|marks|verdict)\s*[:=]|score\s*:)",
@@ -255,6 +306,9 @@ _RULES: list[tuple[str, list[str]]] = [
         r"^[-*#>\s]*(bareme|grille(\s+d'evaluation)?|criteres?)\s*:|\b(bareme|grille)\s+(mis\s+a\s+jour|officiel)\b",
         r"^[-*#>\s]*(rubrica|criterios?|puntuacion|calificacion)\s*:|\brubrica\s+(actualizada|oficial)\b",
         r"^[-*#>\s]*(评分标准|评分细则|评分规则|得分|分数)\s*:|(所有|全部)(评分)?标准(均|都)?(已)?(满足|达到)",
+        r"^[-*#>\s]*(rubrica|criterios?)\s*:|\brubrica\s+(atualizada|oficial)\b|\btodos\s+os\s+criterios\s+"
+        r"(foram\s+)?(cumpridos|atendidos|satisfeitos)\b",
+        r"^[-*#>\s]*(採点基準|評価基準|ルーブリック|得点|点数)\s*:|(全て|すべて)の(基準|評価基準|採点基準)を?(満たし|満たす)",
     ]),
     ("states its own score", [
         r"\b\d+(\.\d+)?\s*/\s*\d+(\.\d+)?\s*(points?|marks?|pts)?\s*(awarded|earned|given|granted)\b",
@@ -264,6 +318,8 @@ _RULES: list[tuple[str, list[str]]] = [
         r"\bthis\s+(answer|response|submission)\s+(scores?|earns?|gets?|receives?|deserves?|merits?)\s+"
         r"\d+(\.\d+)?\s*(/\s*\d+|out\s+of\s+\d+|points?|marks?)",
         r"(得分|分数|评分)\s*:\s*\d+(\.\d+)?\s*/\s*\d+|(本题|此题|这道题|这个答案|本答案)(应得|得|获得)\s*\d+\s*分",
+        r"\b(nota|pontuacao)\s*:\s*\d+([.,]\d+)?\s*(/|de)\s*\d+",
+        r"(得点|点数|評価)\s*:\s*\d+(\.\d+)?\s*/\s*\d+|\d+\s*点満点中\s*\d+\s*点|この回答は\s*\d+\s*点",
     ]),
     ("imitates the data delimiters", [
         r"\b(end|begin|start)\s+(of\s+)?(the\s+)?student('?s)?\s+(data|answer|input|submission|response|text)\b",
@@ -282,6 +338,9 @@ _RULES: list[tuple[str, list[str]]] = [
         r"\b(fin|inicio|comienzo)\s+de\s+los\s+datos\s+(del\s+)?(estudiante|alumno)"
         r"|^[\s=#*\[-]*(fin|inicio)\s+de\s+los\s+datos[\s=#*\]-]*$",
         r"(学生数据|学生答案|学生回答)(结束|开始|到此结束)|(结束|开始)(学生数据|学生答案)|数据结束",
+        r"\b(fim|inicio|comeco)\s+dos\s+dados\s+(do\s+)?(estudante|aluno)"
+        r"|^[\s=#*\[-]*(fim|inicio)\s+dos\s+dados[\s=#*\]-]*$",
+        r"(学生|生徒)の?(データ|回答)の?(終了|開始|終わり|ここまで)|データ終了",
     ]),
     ("imitates the grader's own labels", [
         r"\babout\s+the\s+values\s*:|\bchecked\s+by\s+the\s+grader\b|\bthe\s+runs\s+were\s+not\s+compared\b",
@@ -296,9 +355,9 @@ _RULES: list[tuple[str, list[str]]] = [
         rf"\{{\s*{_Q}?(criteria|rationale|feedback|confidence|points|role|tool_use)\s*{_Q}?\s*:",
         rf"{_Q}(criteria|rationale|confidence|feedback){_Q}\s*:|{_Q}points{_Q}\s*:\s*\d",
         rf"{_Q}role{_Q}\s*:\s*{_Q}(assistant|system|user|tool){_Q}|{_Q}type{_Q}\s*:\s*{_Q}(tool_use|tool_result){_Q}",
-        r"^\s*[*_\[]*(assistant|assistent|asistente|system|systeme|sistema|user|human|utilisateur|usuario|benutzer|"
-        r"nutzer|developer)[*_\]]*\s*:",
-        r"^\s*(助手|助理|系统|用户|人类)\s*:",
+        r"^\s*[*_\[]*(assistant|assistent|asistente|assistente|system|systeme|sistema|user|human|utilisateur|usuario|"
+        r"benutzer|nutzer|developer)[*_\]]*\s*:",
+        r"^\s*(助手|助理|系统|用户|人类|アシスタント|システム|ユーザー)\s*:",
     ]),
 ]
 _PATTERNS = [(re.compile("|".join(f"(?:{p})" for p in patterns), re.MULTILINE), why) for why, patterns in _RULES]
@@ -306,11 +365,41 @@ _PATTERNS = [(re.compile("|".join(f"(?:{p})" for p in patterns), re.MULTILINE), 
 
 # ----------------------------------------------------------------------------- the detector
 
-def suspicious(text: str) -> list[str]:
-    """Why ``text`` looks like it addresses the grader (empty: it does not)."""
-    folded, reasons = readable(text)
+def _said(words: str, limit: int = 60) -> str:
+    """Words quoted in a reason, on one line and cut, so a TA sees what triggered it."""
+    words = re.sub(r"\s+", " ", words).strip()
+    return json.dumps(words if len(words) <= limit else words[:limit - 3] + "...", ensure_ascii=False)
+
+
+def _as_written(span: str, text: str) -> str:
+    """``span`` of the folded text as the student wrote it when it can be found there (case
+    aside), else as the screen read it (the hiding undone, which is what a TA needs then)."""
+    found = re.search(re.escape(span).replace("\\ ", r"\s+"), text, re.IGNORECASE)
+    return found.group(0) if found else span
+
+
+def _hits(folded: str, text: str, patterns: list[tuple[re.Pattern[str], str]]) -> list[tuple[str, str]]:
+    """(class, reason quoting the words) for each pattern that matches ``folded``."""
+    found = []
+    for pattern, why in patterns:
+        match = pattern.search(folded)
+        if match:
+            found.append((why, f"{why}: {_said(_as_written(match.group(0).strip(), text))}"))
+    return found
+
+
+def findings(text: str) -> list[tuple[str, str]]:
+    """What in ``text`` addresses the grader: (the class, as ``_RULES`` names it or the hiding
+    undone, and the reason a TA reads, quoting the words that triggered it)."""
+    folded, hiding = readable(text)
     folded = folded.casefold()   # the patterns are lower case: faster than matching ignoring case
-    return reasons + [why for pattern, why in _PATTERNS if pattern.search(folded)]
+    return [(reason.split(":", 1)[0], reason) for reason in hiding] + _hits(folded, text, _PATTERNS)
+
+
+def suspicious(text: str) -> list[str]:
+    """Why ``text`` looks like it addresses the grader, each reason quoting the words that
+    triggered it (empty: it does not)."""
+    return [reason for _, reason in findings(text)]
 
 
 # A JSON string literal; the last one may be cut by the size cap, mid-escape too.
@@ -340,48 +429,253 @@ def scan(answer: str, grounding: Mapping[str, str]) -> list[str]:
         if value == ABSENT:
             continue
         sent = value[:MAX_GROUNDING_CHARS]
-        found = dict.fromkeys(why for text in (sent, *_json_strings(sent)) for why in suspicious(text))
-        reasons += [f"{name}: {why}" for why in found]
+        found: dict[str, str] = {}   # one reason per class: the JSON text and its strings often say it twice
+        for text in (sent, *_json_strings(sent)):
+            for why, reason in findings(text):
+                found.setdefault(why, reason)
+        reasons += [f"{name}: {reason}" for reason in found.values()]
     return reasons
+
+
+# ----------------------------------------------------------------------------- languages
+
+#: The languages the screen reads (its patterns are written in them and it tells them apart): the
+#: ones a rubric may allow (``written.language``, ``written.other_languages``).
+LANGUAGES = ANSWER_LANGUAGES
+# Told apart too, so that a quote in one is named and not taken for a neighbour the course allows.
+_RECOGNIZED = {**LANGUAGES, "it": "Italian", "nl": "Dutch"}
+_LATIN_LANGUAGES = ("en", "de", "fr", "es", "pt", "it", "nl")
+# The words every sentence of a language is made of (accents dropped, as the screen reads text):
+# they tell the language apart where the word lists overlap, and cover the inflected forms that
+# pyspellchecker's shorter lists (Spanish) leave out.
+_FUNCTION_WORDS = {
+    "en": "the a an of to in is are was were be been being and or but not no that this these those it its with for on "
+          "at by from as than then so because which what when where who how can could should would will may might "
+          "do does did has have had there their they we our us i my me you your he she his her one all each more "
+          "most very also only if into over about after before why while both same other such own just",
+    "de": "der die das den dem des ein eine einer eines einem einen und oder aber nicht kein keine ist sind war waren "
+          "wird werden wurde hat haben hatte mit von zu zum zur im in am auf aus bei fur uber unter nach vor durch als "
+          "wie wenn weil dass daher also auch nur noch schon sehr mehr ich wir du sie er es man mein meine unser "
+          "unsere dieser diese dieses jeder jede jedes alle doch bleibt wachst pro ohne gegen bis sich dann denn "
+          "wo was wer warum hier dort sein seine ihr ihre gibt kann konnen muss mussen soll",
+    "fr": "le la les un une des du de et ou mais ne pas est sont etait etaient ete sera avec pour par sur dans en au "
+          "aux ce cet cette ces qui que quoi dont il elle ils elles on nous vous je mon ma mes notre nos son sa ses "
+          "leur leurs plus moins tres aussi donc car comme quand si tout tous toute toutes chaque sans entre lui "
+          "ont avait fait peut reste croit grandit garde meme deja ici parce pourquoi",
+    "es": "el la los las un una unos unas de del al y o pero no es son era eran fue sera esta estan estoy con para "
+          "por en sobre entre que quien cual como cuando si muy mas menos tambien porque pues cada todo todos toda yo "
+          "mi mis nosotros nuestro nuestra su sus se lo le les este esta estos estas ese esa eso hay tiene tienen "
+          "crece creo sin hasta desde aunque ya donde mismo misma sigue queda guarda olvida puede pueden hace",
+    "pt": "o a os as um uma uns umas de do da dos das no na nos nas ao aos e ou mas nao sao era eram foi sera esta "
+          "estao estou com para por em sobre entre que quem qual como quando se muito mais menos tambem porque pois "
+          "cada todo todos toda eu meu minha nosso nossa seu sua seus suas ele ela eles elas este isto esse essa "
+          "isso ha tem cresce acho sem ate desde embora ja onde mesmo mesma continua fica guarda esquece pode podem "
+          "faz pelo pela pelos pelas num numa",
+    "it": "il lo la i gli le un una uno di del della dei degli delle al allo alla ai e o ma non sono era erano con "
+          "per su tra fra che chi quale come quando se molto piu meno anche perche ogni tutto tutti questa questo "
+          "questi quella quello io mio mia noi nostro suo sua loro ci si ne nel nella sul sulla",
+    "nl": "de het een en of maar niet geen is zijn was waren wordt werd met van voor op in aan bij uit door als dan "
+          "dat die deze dit wie wat waar hoe ook nog al zeer meer ik wij we jij je hij zij ze mijn ons onze hun elk "
+          "elke alle er heeft hebben kan kunnen moet naar over",
+}
+_FUNCTION_SETS = {code: frozenset(words.split()) for code, words in _FUNCTION_WORDS.items()}
+_WORD = re.compile(r"[^\W\d_]+")
+
+
+def _fold(word: str) -> str:
+    word = word.casefold()
+    if word.isascii():   # most words: nothing to drop (and the word lists are long)
+        return word
+    return "".join(ch for ch in unicodedata.normalize("NFD", word) if unicodedata.category(ch) != "Mn")
+
+
+@functools.cache
+def _vocabulary(code: str) -> frozenset[str]:
+    """The words of a language written in Latin letters, folded as the screen reads text: the
+    pinned ``pyspellchecker`` package's word list for it, and its function words."""
+    # read as the package stores it (the checker's own loading does work this check does not need)
+    data = resources.files("spellchecker").joinpath("resources", f"{code}.json.gz").read_bytes()
+    return frozenset(map(_fold, json.loads(gzip.decompress(data)))) | _FUNCTION_SETS[code]
+
+
+def _prose_words(text: str) -> list[str]:
+    """The words that say which language ``text`` is in: identifiers and code (a digit, an
+    underscore or a dot inside), abbreviations (KV, MHA, GB) and single letters left out."""
+    words = []
+    for token in text.split():
+        token = token.strip(".,;:!?()[]{}'\"\u201c\u201d\u2018\u2019\u00ab\u00bb*`")
+        if not token or re.search(r"[\d_]|\w\.\w", token):
+            continue
+        for part in _WORD.findall(token):   # l'attention, state-of-the-art: one word each part
+            if len(part) > 1 and not (part.isupper() and len(part) <= 6):
+                words.append(_fold(part))
+    return words
+
+
+def _script(ch: str) -> str:
+    """The script of a letter, as the language check needs it."""
+    code = ord(ch)
+    if ch.isascii() or 0x00C0 <= code <= 0x024F or 0x1E00 <= code <= 0x1EFF:
+        return "latin"
+    if 0x0370 <= code <= 0x03FF or 0x1F00 <= code <= 0x1FFF:
+        return "greek"
+    if 0x3040 <= code <= 0x30FF or 0x31F0 <= code <= 0x31FF:
+        return "kana"
+    if 0x4E00 <= code <= 0x9FFF or 0x3400 <= code <= 0x4DBF or 0xF900 <= code <= 0xFAFF:
+        return "han"
+    return unicodedata.name(ch, "OTHER ?").split()[0].title()
+
+
+def _course(codes: Sequence[str]) -> str:
+    """The course's languages, as a reason names them."""
+    names = [_RECOGNIZED[c] for c in codes]
+    if len(names) == 1:
+        return f"{names[0]}, the course's language"
+    return ", ".join(names[:-1]) + " or " + names[-1] + ", the course's languages"
+
+
+def quote_language(text: str, languages: Sequence[str] = ("en",)) -> tuple[str | None, str]:
+    """The language of ``languages`` (the course's first) that ``text`` is read in, and why it is
+    in none of them (empty when it is). (None, "") when too little of it is prose to tell:
+    figures, formulas and code are in every language."""
+    read = readable(text)[0]
+    letters = [ch for ch in read if ch.isalpha()]
+    scripts = Counter(_script(ch) for ch in letters if _script(ch) != "greek")   # Greek letters: symbols of maths
+    counted = sum(scripts.values())
+    allowed = [code for code in languages if code in LANGUAGES]
+    if not counted:
+        return None, ""
+    other = [(n, name) for name, n in scripts.items() if name not in ("latin", "kana", "han")]
+    if sum(n for n, _ in other) > 0.2 * counted:
+        script = max(other)[1]
+        return None, f"is in {script} script, not in {_course(allowed)}"
+    if scripts["kana"] + scripts["han"] > 0.2 * counted:
+        # kana is Japanese only; Han characters alone are read as Chinese unless only Japanese is allowed
+        code = "ja" if scripts["kana"] or ("zh" not in allowed and "ja" in allowed) else "zh"
+        return (code, "") if code in allowed else (None, f"is in {_RECOGNIZED[code]}, not in {_course(allowed)}")
+    words = _prose_words(read)
+    if len(words) < 4:
+        return None, ""
+    known = {code: sum(w in _vocabulary(code) for w in words) for code in _LATIN_LANGUAGES}
+    # function words count twice: they tell neighbours apart (Spanish and Portuguese share content words)
+    score = {code: known[code] + sum(w in _FUNCTION_SETS[code] for w in words) for code in known}
+    best = max(score, key=score.__getitem__)
+    latin = [code for code in allowed if code in known]
+    # an allowed language the quote reads in, about as well as in any other (technical words are shared)
+    fits = [code for code in latin if known[code] >= 0.5 * len(words) and score[code] >= score[best] - 0.2 * len(words)]
+    if fits:
+        return max(fits, key=score.__getitem__), ""
+    if known[best] >= 0.5 * len(words):
+        return None, f"is in {_RECOGNIZED[best]}, not in {_course(allowed)}"
+    return None, f"is not in {_course(allowed)}"
 
 
 # ----------------------------------------------------------------------------- a quote, on its own
 
 # A quote is the model's evidence for a criterion: a short span that should be a statement about
 # the subject. Read alone, anything else is easy to tell, and goes to a person (it is a reason to
-# wait, not a flag): a request to the reader, talk of grading, text in an encoding, another
-# language than the course's, the criterion's own words given back.
+# wait, not a flag): a request to the reader, talk of grading, text in an encoding, a language
+# the course does not allow, the criterion's own words given back. Each rule is written in every
+# language the screen reads.
+
+# The course's own words, which name the grader, its instructions or a score without talking about
+# grading this answer: they are read as a placeholder before the rules below.
+_COURSE_WORDS = re.compile(
+    r"\bthe\s+grader'?s'?\s+(own\s+)?(re-?runs?|runs?|sizes?|settings?|budgets?|lengths?|copy|machine|seeds?|numbers?|"
+    r"figures?|timings?|values?|sweep|histories|steps|model|notebook|check)\b"
+    r"|\bthe\s+grader\s+(re-?ran|re-?runs|ran|runs|uses|used|timed|times|measured|measures|seeds|seeded)\b"
+    r"|\bgrading\s+(mode|run|budget|sizes?|settings?|lengths?|sweep|copy)\b|\bgrading_mode\b"
+    r"|\b(the\s+)?(notebook|notebook's|exercise's|assignment's|question's|course's|task's|chat|model's|system's)\s+"
+    r"instructions\b|\binstructions\s+(of|in)\s+the\s+(notebook|exercise|assignment|task)\b"
+    r"|\binstruction[- ](tuned|tuning|following|following)\b|\bcredit\s+assignment\b"
+    r"|\b(eviction|cache|caching|replacement|sampling|decoding|update|learning|greedy|routing|retention)\s+polic(y|ies)\b"
+    r"|\b(full|all\s+the)\s+marks\s+(for|to)\s+(the|a|an|its|their|our)\s+(?!(answer|response|submission|student|attempt|"
+    r"work|effort|question|essay|exercise)s?\b)[a-z]+"
+    r"|\b(data|percentage|sample|grid|query|key|time)\s+points\b|\b\d+(\.\d+)?\s*points?\s+(of|in|along|on|apart)\b"
+    # German, French, Spanish, Portuguese, Japanese, Chinese: the notebook's instructions, the grading run
+    r"|\banweisungen\s+(des|im|aus\s+dem)\s+notebooks?\b|\bnotebook-anweisungen\b|\bbewertungslauf\w*"
+    r"|\b(consignes|instructions)\s+du\s+(notebook|carnet|sujet)\b"
+    r"|\binstrucciones\s+del\s+(notebook|cuaderno|enunciado)\b|\binstrucoes\s+do\s+(notebook|caderno|enunciado)\b"
+    r"|\b(des|vom|dem|du|del|do|da)\s+graders?\b"
+    r"|(ノートブック|課題)の指示|採点(用|時|モード)の?(サイズ|設定|実行|履歴)?|(notebook|笔记本|作业)的(指示|说明)"
+    r"|评分函数|注意力评分|评分(器|程序|模式)(的)?(规模|尺寸|运行|设置)?")
 _GRADING_TALK = re.compile(
-    r"\b(rubrics?|criteri(on|a)|graders?(?!'s\s+(re-?)?run)|grading|marking|examiners?|marks|credit|instructions?|"
-    r"policy|"
+    # "marks" as a noun (a verb of masks and markers otherwise); a policy of grading (a cache has one too)
+    r"\b(rubrics?|criteri(on|a)|graders?|grading|marking|examiners?|credit|"
+    r"(full|all|the|my|your|any|some|no|extra|bonus|maximum|max|top|these|those|\d+)\s+marks|"
+    r"(deserves?|earns?|merits?|gets?|receives?|awarded|given|loses?)\s+(\w+\s+)?marks|"
+    r"(course|class|late|submission|assessment|department|university)\s+polic(y|ies)|policy\s+(on|for)\s+"
+    r"(grading|marking|answers|submissions)|"
+    r"(your|these|those|new|following|grading|marking|the\s+grader'?s)\s+instructions|instructions\s*:|"
     r"assessment|evaluators?|(full|max(imum)?|all\s+the)\s+points|\d+(\.\d+)?\s*(/\s*\d+(\.\d+)?\s*)?(points?|pts)|"
-    r"(score|grade|rate)\s+(this|my|the)\s+(answer|response|submission))\b")
+    r"(score|grade|rate)\s+(this|my|the)\s+(answer|response|submission))\b"
+    r"|\b(bewertung\w*|benotung|rubrik|kriteri(um|en)|korrektor\w*|prufer\w*|bewerter\w*|punktzahl|bestnote|"
+    r"anweisung(en)?|\d+(\.\d+)?\s*punkte)\b"
+    r"|\b(bareme|grille\s+d'evaluation|criteres?|correct(eur|rice)s?|evaluat(eur|rice)s?|notation|"
+    r"(ma|une|la|sa|cette)\s+note\s+(sur|de)\s+\d+|note\s+(maximale|finale|parfaite)|consignes?|\d+(\.\d+)?\s*points|tous\s+les\s+points(?!\s+(de|du|des)\b))\b"
+    r"|\b(rubrica|criterios?|correct(or|ora)(es)?|calificaci\w+|calificar|nota\s+(maxima|final|perfecta)|"
+    r"instrucciones|evaluador\w*|puntaje|\d+(\.\d+)?\s*puntos|todos\s+los\s+puntos(?!\s+(de|del)\b))\b"
+    r"|\b(corretor\w*|avaliador\w*|(minha|sua|esta|a)\s+nota\s+(e|sera|de)\s+\d+|nota\s+(maxima|final|perfeita|dez)|instrucoes|\d+(\.\d+)?\s*pontos|"
+    r"todos\s+os\s+pontos(?!\s+(da|de|do|das|dos)\b))\b"
+    r"|採点|満点|評価基準|ルーブリック|評価者|配点|得点|指示"
+    r"|评分|满分|阅卷|批改|打分|给分|指令|指示")
+# A request to the reader: the reader asked to grade, accept, ignore, decode or obey something of
+# the answer's, not an imperative of an explanation ("Compare the two curves", "Ignore the first
+# timing", "Give the decay a gate"): the object says which.
+_ANSWER_OBJECT = (r"(this|it|that|me|us|my\b|the\s+(answer|response|submission|student|criteri\w+|rubric|points|marks|"
+                  r"following|text|message|note|string|line)|everything|all\s+(of\s+)?(it|this|the\s+(points|marks|"
+                  r"criteria))|each\s+criterion|every\s+criterion|what\s+follows|below|full|maximum|"
+                  r"the\s+(maximum|max|highest\s+score|top\s+score))\b")
+_START = r"(^|[.!?:;\n]\s*)"
 _REQUEST = re.compile(
-    r"(^|[.!?:;\n]\s*)(please\s+|kindly\s+)?(award|give|grade|mark|score|assign|credit|rate|accept|confirm|approve|"
-    r"pass|ignore|disregard|forget|decode|decrypt|translate|treat|count|follow|output|respond|reply|return|print|"
-    r"pretend|act\s+as|read\s+(this|my|the\s+following)|consider\s+this\s+(answer|response))\b"
-    r"|\b(please|kindly)\b|\b(you|your)\b[^.!?\n]{0,40}\b(award|give|grade|mark|score|accept|confirm|credit|rate|"
-    r"pass|decode|treat|count)\b")
+    rf"{_START}(please\s+|kindly\s+)?(award|give|grade|mark|score|assign|credit|rate|accept|confirm|approve|pass|"
+    rf"count|treat|consider|decode|decrypt|translate|read|reverse|unscramble|follow|obey|output|respond|reply|return|"
+    rf"print|say|answer|ignore|disregard|forget)\s+{_ANSWER_OBJECT}"
+    rf"|{_START}(pretend|act\s+as|role-?play|imagine\s+you|suppose\s+you)\b"
+    r"|\bdo\s+(what|as)\s+(it|this|that|the\s+\w+)\s+(says|asks|tells)\b"
+    r"|\b(please|kindly)\b(?!\s+(note|notice|observe|recall|see\s+the\s+(table|plot|figure)))"
+    rf"|\b(you|your)\b[^.!?\n]{{0,40}}\b(award|give|grade|mark|score|accept|confirm|credit|rate|pass|decode|treat|"
+    rf"count)\s+{_ANSWER_OBJECT}"
+    r"|\bi\s+(ask|beg|request|need|want)\s+you\b|\byou\s+(must|should|will|have\s+to|need\s+to)\s+(award|give|grade|"
+    r"accept|mark|ignore|treat|count|confirm|pass)\b"
+    # German
+    r"|\bbitte\b(?!\s+(beachte|beachten|bedenke|bedenken|sehen\s+sie))|\bbitten\s+sie\b|\bich\s+bitte\b"
+    rf"|{_START}(gib|gebt|geben\s+sie|vergib|vergeben\s+sie|bewerte|bewerten\s+sie|akzeptier\w*|bestatig\w*|"
+    r"ignorier\w*|vergiss|behandle|behandeln\s+sie|lies|lesen\s+sie|dekodier\w*|ubersetz\w*|werte|zahle|zahlen\s+sie)"
+    r"\s+(mir|uns|diese\w*|meine\w*|die\s+(antwort|bewertung|rubrik|kriterien|anweisungen|punkte)|das\s+(hier|folgende)|"
+    r"es|alles|den\s+text|volle)\b"
+    # French
+    r"|\bs'il\s+(te|vous)\s+plait\b|\bsvp\b|\bje\s+vous\s+(prie|demande)\b|\bmerci\s+de\b|\bveuillez\b(?!\s+noter)"
+    rf"|{_START}(donne[zs]?|attribue[zs]?|accorde[zs]?|mets|mettez|note[zs]?|evalue[zs]?|accepte[zs]?|confirme[zs]?|"
+    r"ignore[zs]?|oublie[zs]?|decode[zs]?|traduis|traduisez|lis|lisez|considere[zs]?|traite[zs]?|compte[zs]?|suis|suivez)"
+    r"[\s-]+(moi|nous|cette|ce\s+texte|ma|mon|la\s+reponse|tout|tous|ceci|cela|le\s+texte|les\s+(criteres|consignes|"
+    r"instructions|points)|la\s+note)\b"
+    # Spanish
+    r"|\bpor\s+favor\b|\b(te|le|les|os)\s+(pido|ruego)\b"
+    rf"|{_START}(da(me|le)?|de(me|le)|otorga\w*|asigna\w*|pon(me|le)?|califica\w*|evalua\w*|acepta\w*|confirma\w*|"
+    r"ignora\w*|olvida\w*|decodifica\w*|traduce\w*|lee|considera\w*|trata\w*|cuenta|sigue)"
+    r"\s+(esta|este|esto|mi|la\s+respuesta|todo|todos|los\s+puntos|el\s+texto|las\s+(instrucciones|reglas)|"
+    r"la\s+(nota|puntuacion)\s+maxima)\b"
+    # Portuguese
+    r"|\bpor\s+favor\b|\b(peco|pedimos)\s+(que|a\s+voce|ao)\b"
+    rf"|{_START}(de|deem|da|atribua\w*|conceda\w*|coloque|avalie|aceite|confirme|ignore|esqueca|decodifique|traduza|"
+    r"leia|considere|trate|conte|siga)[\s-]+(-?me|esta|este|isto|minha|meu|a\s+resposta|tudo|todos|os\s+pontos|"
+    r"o\s+texto|as\s+(instrucoes|regras)|a\s+nota\s+maxima|nota\s+maxima)\b"
+    # Japanese and Chinese: a grade, a pass or obedience asked for
+    r"|(満点|点数|得点|評価|採点|合格|正解|高評価)[^。.!?\n]{0,12}?(ください|下さい|てほしい|て欲しい|お願い|願います|なさい)"
+    r"|(無視|従って|解読|翻訳)[^。.!?\n]{0,6}?(ください|下さい|なさい|しろ|せよ)"
+    r"|(请|麻烦|务必|拜托|恳请)[^。.!?\n]{0,12}?(给|打|评|判|接受|确认|忽略|无视|解码|翻译|按照|视为|算作|通过)")
 _BASE64 = re.compile(r"[A-Za-z0-9+/]{16,}={0,2}")
 _HEX = re.compile(r"\b(?=[0-9a-fA-F]*[a-fA-F])(?=[0-9a-fA-F]*[0-9])[0-9a-fA-F]{16,}\b")
 _LEET = str.maketrans("013457@$|", "oieastasl")
 _LEET_WORD = re.compile(r"\b(?=\w*[a-z])(?=\w*[013457])[a-z013457@$|]{3,}\b")
 _ROT13 = str.maketrans("abcdefghijklmnopqrstuvwxyz", "nopqrstuvwxyzabcdefghijklm")
-_WORD = re.compile(r"[^\W\d_]+")
 # A rubric's criteria are sentences about an answer with its subject left out ("Explains that ...",
 # "Reports the crossover ..."): an answer states things, it does not describe itself that way.
 _RUBRIC_GRAMMAR = re.compile(
     r"(^|[.!?;:]\s+|\n\s*)(explains|reports|states|says|derives|notes|names|identifies|describes|argues|shows|"
     r"compares|quotes|mentions|asserts|recognizes|recognises|relates|connects|distinguishes|claims|gives|omits|"
     r"misses|earns)\s+(that|the|why|how|a|an|both|each|its|what|which)\b")
-_OTHER_SCRIPTS = re.compile(r"[^\W\d_a-zA-Z\u0370-\u03ff\u4e00-\u9fff]")   # letters neither Latin, Greek nor Han
-
-
-@functools.cache
-def _english() -> SpellChecker:
-    """The pinned ``pyspellchecker`` package's English word list: most prose words of an English
-    quote are in it, technical terms aside; few of another language's are."""
-    return SpellChecker(language="en", distance=1)
 
 
 def _encoded(token: str) -> bool:
@@ -393,41 +687,53 @@ def _encoded(token: str) -> bool:
         letters and 0.3 <= capitals / len(letters) <= 0.8)
 
 
-# A quote about the answer itself (this answer, my other answer) says nothing about the subject.
-_SELF_REFERENCE = re.compile(r"\b(this|my|the\s+other|the\s+previous|the\s+next|the\s+first|my\s+(first|other|"
-                             r"previous|next))\s+(answer|response|submission)s?\b"
-                             r"|\b(see|refer\s+to|check|read)\s+(the|my)\s+(notes?|comments?|values?|results?|report|"
-                             r"output|other|previous|first|next)\b")
+# A quote about the answer itself (this answer counts, my other answer) or pointing elsewhere says
+# nothing about the subject. "In this answer, T is the history length" is about the subject.
+_SELF_REFERENCE = re.compile(
+    r"\b(the\s+other|the\s+previous|the\s+next|the\s+first|my\s+(first|other|previous|next|last))\s+"
+    r"(answer|response|submission)s?\b|\b(this|that)\s+one\s+counts\b"
+    r"|\b(this|my)\s+(answer|response|submission)\s+(counts|deserves|meets|earns|gets|should\s+get|must\s+get|"
+    r"qualifies|satisfies|fulfils|fulfills|covers\s+(every|all)|is\s+(complete|correct|full|perfect|right))\b"
+    r"|\b(see|refer\s+to|check|read)\s+(the|my)\s+(notes?|comments?|values?|results?|report|output|other|previous|first|"
+    r"next)\b"
+    r"|\b(diese|meine)\s+antwort\s+(verdient|erfullt|ist\s+(vollstandig|korrekt|richtig))\b|\bmeine\s+(andere|erste|"
+    r"vorige)\s+antwort\b"
+    r"|\b(cette|ma)\s+reponse\s+(merite|remplit|satisfait|est\s+(complete|correcte|juste))\b|\bmon\s+autre\s+reponse\b"
+    r"|\b(esta|mi)\s+respuesta\s+(merece|cumple|satisface|esta\s+completa|es\s+correcta)\b|\bmi\s+otra\s+respuesta\b"
+    r"|\b(esta|minha)\s+resposta\s+(merece|cumpre|satisfaz|esta\s+completa|e\s+correta)\b|\bminha\s+outra\s+resposta\b"
+    r"|この回答は[^。\n]{0,8}?(満点|正解|完全|合格)|(这个|本|此)答案[^。\n]{0,6}?(应该|值得|应得|满足|是正确|是完整)")
 
 
-def quote_problems(quote: str) -> list[str]:
-    """Why a quote given as evidence is not a plain statement about the subject (empty: it is)."""
-    folded, hiding = readable(quote)
-    folded = folded.casefold()
-    problems = list(hiding) + [why for pattern, why in _PATTERNS if pattern.search(folded)]
-    deleeted = _LEET_WORD.sub(lambda m: m.group(0).translate(_LEET), folded)
-    readings = [(folded, ""), (folded.translate(_ROT13), " (read in rot13)")]
-    if deleeted != folded:
+def quote_problems(quote: str, languages: Sequence[str] = ("en",)) -> list[str]:
+    """Why a quote given as evidence is not a plain statement about the subject in one of
+    ``languages`` (the course's first), each reason quoting the words that say so (empty: it is)."""
+    text, hiding = readable(quote)
+    folded = text.casefold()
+    problems = list(hiding) + [reason for _, reason in _hits(folded, quote, _PATTERNS)]
+    plain = _COURSE_WORDS.sub(" _ ", folded)
+    deleeted = _LEET_WORD.sub(lambda m: m.group(0).translate(_LEET), plain)
+    readings = [(plain, ""), (plain.translate(_ROT13), " (read in rot13)")]
+    if deleeted != plain:
         readings.insert(1, (deleeted, " (read as leetspeak)"))
-    for text, how in readings:
-        if _GRADING_TALK.search(text):
-            problems.append(f"talks about grading{how}")
-        if _REQUEST.search(text):
-            problems.append(f"asks the reader to do something{how}")
-        if how and any(pattern.search(text) for pattern, _ in _PATTERNS):
-            problems.append(f"addresses the grader{how}")
-    if any(_encoded(token) for token in _BASE64.findall(quote)) or _HEX.search(quote):
-        problems.append("holds encoded text")
-    # prose words only: identifiers and code (a dot, an underscore or a digit inside) say nothing of the language
-    words = [w.strip(".,;:!?()[]'\"") for w in folded.split()]
-    words = [w for w in words if len(w) > 1 and _WORD.fullmatch(w)]
-    letters = [ch for ch in folded if ch.isalpha()]
-    if letters and sum(bool(_OTHER_SCRIPTS.match(ch)) for ch in letters) > 0.2 * len(letters):
-        problems.append("is in a script the confirmation does not read")
-    elif len(words) >= 4 and len(_english().known(words)) < 0.5 * len(words):
-        problems.append("is not in English, the course's language")
-    if _SELF_REFERENCE.search(folded):
-        problems.append("is about the answer itself or points elsewhere, not about the subject")
-    if _RUBRIC_GRAMMAR.search(folded):
-        problems.append("describes an answer, as a rubric does, instead of answering")
+    for reading, how in readings:
+        # another reading reports only what the plain one does not show (rot13 leaves CJK as it is)
+        for pattern, why in ((_GRADING_TALK, "talks about grading"), (_REQUEST, "asks the reader to do something")):
+            match = pattern.search(reading)
+            if match and not (how and pattern.search(plain)):
+                words = match.group(0).strip(" .!?:;")
+                problems.append(f"{why}{how}: {_said(words if how else _as_written(words, quote))}")
+        if how:
+            problems += [f"addresses the grader{how}: {_said(m.group(0))}" for pattern, _ in _PATTERNS
+                         if (m := pattern.search(reading)) and not pattern.search(folded)][:1]
+    encoded = [token for token in _BASE64.findall(quote) if _encoded(token)] + _HEX.findall(quote)
+    if encoded:
+        problems.append(f"holds encoded text: {_said(encoded[0], 30)}")
+    _, wrong_language = quote_language(quote, languages)
+    if wrong_language:
+        problems.append(wrong_language)
+    for pattern, why in ((_SELF_REFERENCE, "is about the answer itself or points elsewhere, not about the subject"),
+                         (_RUBRIC_GRAMMAR, "describes an answer, as a rubric does, instead of answering")):
+        match = pattern.search(folded)
+        if match:
+            problems.append(f"{why}: {_said(_as_written(match.group(0).strip(' .!?:;'), quote))}")
     return list(dict.fromkeys(problems))
