@@ -165,6 +165,8 @@ def check_spec(assignment: Assignment, student: nbformat.NotebookNode) -> dict[s
         "scaffolds": [{"cell_id": s.cell_id, "symbols": list(s.symbols)} for s in cells.scaffolds(student)],
         "provided": provided,
         "cell_order": [c.id for c in student.cells],
+        # the visible test cells: grading's run leaves them out (the probe decides them), so does --run
+        "test_cells": [c.id for c in student.cells if cells.TEST in cells.tags(c)],
         "questions": questions,
         "public_tests": _public_tests(assignment.template_path.parent / PUBLIC_TESTS, student),
         "run": {"cell_timeout_s": limits.cell_timeout_s, "notebook_timeout_s": limits.notebook_timeout_s,

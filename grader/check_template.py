@@ -523,6 +523,7 @@ class NotebookRun:
     """What ``--run`` found; ``problem`` is set when the notebook could not be run at all."""
 
     code_cells: int = 0
+    test_cells: int = 0        # the assignment's test cells in your notebook, left out as grading leaves them
     seconds: float = 0.0
     cells: List[CellProblem] = field(default_factory=list)
     kernel: str = "ok"
@@ -532,8 +533,10 @@ class NotebookRun:
 
 def prepare_cells(findings: Findings) -> List[Tuple[Dict[str, Any], Optional[int]]]:
     """The cells grading runs, each with its index in your notebook (None for a provided cell
-    the grader puts back): your notebook with the grader's provided cells, no outputs."""
-    prepared = [(dict(cell), index) for index, cell in enumerate(findings.cells)]
+    the grader puts back): your notebook with the grader's provided cells, no outputs, and
+    without the assignment's test cells (the grader decides each as an item, outside the run)."""
+    tests = set(SPEC.get("test_cells", ()))
+    prepared = [(dict(cell), index) for index, cell in enumerate(findings.cells) if cell.get("id") not in tests]
     order = SPEC["cell_order"]
     for position, cell_id in enumerate(order):
         if cell_id not in PROVIDED:
@@ -578,7 +581,8 @@ def run_notebook(findings: Findings, missing: Dict[str, List[str]]) -> NotebookR
     prepared = prepare_cells(findings)
     notebook = nbformat.from_dict({**findings.raw, "cells": [cell for cell, _ in prepared]})
     limit, budget = settings["cell_timeout_s"], settings["notebook_timeout_s"]
-    result = NotebookRun(code_cells=sum(1 for cell in notebook.cells if cell.cell_type == "code"))
+    result = NotebookRun(code_cells=sum(1 for cell in notebook.cells if cell.cell_type == "code"),
+                         test_cells=sum(1 for cell in findings.cells if cell.get("id") in SPEC.get("test_cells", ())))
 
     def label(at: int) -> str:
         cell, index = prepared[at]
@@ -653,7 +657,8 @@ def report_loading(findings: Findings) -> None:
         print(f"  PROBLEM: the grader cannot test your code: {findings.scaffold_problem}")
     for scaffold in SCAFFOLDS:
         if scaffold.cell_id in findings.scaffold_cells:
-            print(f"  {', '.join(scaffold.owners)}: graded from cell {findings.scaffold_cells[scaffold.cell_id]}")
+            print(f"  {', '.join(scaffold.owners)}: graded from "
+                  f"{code_cell_label(findings.cells, findings.scaffold_cells[scaffold.cell_id])}")
     for note in findings.notes:
         print(f"  note: {note}")
     for cell_id in findings.edited_provided:
@@ -709,9 +714,10 @@ def todos(findings: Findings) -> Tuple[List[str], List[str]]:
             continue
         missing, todo = scaffold_todos(scaffold, _source(findings.cells[index]))
         if missing:
-            lines.append(f"not defined in cell {index}: {', '.join(missing)}")
+            lines.append(f"not defined in {code_cell_label(findings.cells, index)}: {', '.join(missing)}")
         if todo:
-            lines.append(f"still TODO (raises NotImplementedError) in cell {index}: {', '.join(todo)}")
+            lines.append(f"still TODO (raises NotImplementedError) in {code_cell_label(findings.cells, index)}: "
+                         f"{', '.join(todo)}")
     return lines, exercise_todos(findings)
 
 
@@ -746,6 +752,9 @@ def report_graded(findings: Findings, run: Optional[NotebookRun]) -> None:
     not_run = [cell for cell in run.cells if cell.status == "not_run"]
     print(f"  {run.code_cells} code cells, {run.seconds:.1f} s: "
           + (f"{len(raised)} raised or timed out, {len(not_run)} did not run" if run.cells else "every cell ran"))
+    if run.test_cells:
+        print(f"  ({run.test_cells} test cell{'s' if run.test_cells != 1 else ''} left out, as the grader's run leaves "
+              "them out: the grader runs each against your code as an item of its own)")
     for cell in raised:
         count = f", In [{cell.execution_count}]" if cell.execution_count is not None else ""
         print(f"  {'TIMEOUT' if cell.status == 'timeout' else 'RAISES'} {cell.label}{count}\n      {cell.error}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -26,8 +27,8 @@ from grader.report.changes import record_changes
 from grader.report.export import ExportError, export_canvas
 from grader.report.overrides import OverrideError, apply_overrides
 from grader.report.pages import RELEASES, SUMMARY_PAGE, load_matplotlib, release_state, write_pages
-from grader.report.results import read_results, write_gradebook
-from grader.report.terminal import print_scores, say
+from grader.report.results import is_pending, read_results, write_gradebook
+from grader.report.terminal import counted, print_scores, say
 from grader.rubric import Limits, Rubric, RubricError
 from grader.sandbox import Limits as SandboxLimits
 from grader.sandbox import ISOLATION_LEVELS, Sandbox, SandboxUnavailable
@@ -139,7 +140,7 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     before = {r.submission_id: r for r in read_results(out_dir)}
     on = (f"on the Dask scheduler at {args.scheduler}" if args.scheduler else
           f"with {args.workers} {'Dask worker processes' if executor else 'workers'}")
-    say(f"grading {len(submissions)} submissions of {assignment.name} into {out_dir} {on}", sys.stderr)
+    say(f"grading {counted(len(submissions), 'submission')} of {assignment.name} into {out_dir} {on}", sys.stderr)
     try:
         outcome = grade_batch(submissions, assignment, sandbox, rubric, out_dir, args.workers, executor=executor,
                               meanwhile=load_matplotlib)
@@ -166,9 +167,9 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     for change in record_changes(out_dir, before, outcome.results):
         say(f"score changed: {change['submission_id']} {change['old_total']:g} -> {change['new_total']:g}",
             sys.stderr)
-    _write_outputs(out_dir, outcome.results, release)
+    _write_outputs(out_dir, outcome.results, release, assignment.root)
     if outcome.internal_errors:
-        say(f"{outcome.internal_errors} submissions hit an internal grader error (tracebacks in "
+        say(f"{counted(outcome.internal_errors, 'submission')} hit an internal grader error (tracebacks in "
             f"{out_dir}/<id>/{GRADER_ERRORS}; rerunning regrades them)", sys.stderr)
         return 2
     return 0
@@ -182,13 +183,32 @@ def _release(out_dir: Path, given: str | None) -> str:
         raise CommandError(str(exc)) from exc
 
 
-def _write_outputs(out_dir: Path, results: list[GradeResult], release: str) -> None:
-    """Gradebook, pages and the closing table: the same after ``grade`` and ``report``."""
+def _write_outputs(out_dir: Path, results: list[GradeResult], release: str, root: Path | None = None) -> None:
+    """Gradebook, pages and the closing table: the same after ``grade`` and ``report``. ``root``:
+    the assignment's root (grade's; ``report`` reads the one the folder keeps)."""
     write_gradebook(out_dir, results)
-    write_pages(out_dir, results, release)
+    write_pages(out_dir, results, release, root)
     print_scores(results, sys.stdout)
     say(f"\nresults: {out_dir}/<id>/results.json and report.html; gradebook: {out_dir}/gradebook.csv; "
         f"for TAs: {out_dir}/{SUMMARY_PAGE}; released to students: {release} (--release changes it)")
+    warning = released_while_waiting(results, release)
+    if warning:
+        say(warning, sys.stderr)
+
+
+def released_while_waiting(results: list[GradeResult], release: str) -> str:
+    """The warning for students shown items that still wait for a TA ("" when none is): with
+    grades published, their pages count those items 0 until a TA decides them."""
+    shown = RELEASES[release]
+    waiting = [(r, i) for r in results for i in r.items if i.visibility in shown and is_pending(i)]
+    if not waiting:
+        return ""
+    students = len({r.submission_id for r, _ in waiting})
+    points = sum(i.max_score for _, i in waiting)
+    return (f"grader: warning: released to students ({release}) while {counted(len(waiting), 'item')} of "
+            f"{counted(students, 'submission')} ({points:g} points) still wait for a TA's review; "
+            "their pages say so and count those points 0 until a TA decides them. Review them from "
+            f"{SUMMARY_PAGE}'s queue, then run `grader report` again.")
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -293,12 +313,22 @@ def _cmd_check(args: argparse.Namespace) -> int:
         command = [sys.executable, str(scratch / name / CHECK_SCRIPT), str(copy),
                    *(["--run"] if args.run_notebook else [])]
         result = sandbox.run(command, scratch=scratch, env={"TMPDIR": str(scratch / "tmp")})
+        # The paths of the copies, gone with scratch, as the TA knows them.
+        given = {str(copy): str(notebook), str(scratch / name): str(folder)}
     # Plain here too, not only in check.py: the notebook's code ran in the same sandbox, on the same output.
-    say(result.stdout, end="")
-    say(result.stderr, sys.stderr, end="")
+    say(as_given(result.stdout, given), end="")
+    say(as_given(result.stderr, given), sys.stderr, end="")
     for reason in result.stopped:
         say(f"grader: the sandbox stopped {CHECK_SCRIPT}: {reason}", sys.stderr)
     return 0 if result.returncode == 0 else 1
+
+
+def as_given(text: str, paths: dict[str, str]) -> str:
+    """``text`` with each temporary path of ``paths`` (a copy in scratch, gone once the command
+    ends) named as the path the TA gave, longest first, where it stands as a whole path."""
+    for temporary in sorted(paths, key=len, reverse=True):
+        text = re.sub(re.escape(temporary) + r"(?![\w.-])", lambda _: paths[temporary], text)
+    return text
 
 
 def _assignment_of(notebook: Path, root: Path) -> str:
@@ -389,7 +419,14 @@ def _add_grading_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="grader", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="grader", description="Grade students' notebooks: lay out and hand out an assignment (new, "
+        "assign, validate), grade submissions (grade), review and publish (report, export), calibrate "
+        "the written answers' model (calibrate), check a notebook as a student would (check), "
+        "bundle for Gradescope (gradescope-bundle).",
+        epilog="Exit status: 0 when the command did its job (whatever the scores); 1 when validate finds "
+               "the solution or template graded wrongly, or check finds the notebook not ready; 2 when the "
+               "grader itself could not run; 128 + N when signal N stopped grade.")
     commands = parser.add_subparsers(dest="command", required=True)
 
     p = commands.add_parser("assign", help="write the student notebook and its check.py from a master notebook")
@@ -403,8 +440,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("new", help="lay out a new assignment: a master notebook with test cells, its rubric, "
                                         "its student notebook and check.py")
     p.add_argument("name", help="the assignment's name (letters, digits and _)")
-    p.add_argument("--out", default=".", metavar="ROOT",
-                   help="the assignment root to write solutions/, rubrics/ and assignments/ under (default: here)")
+    p.add_argument("--out", "--assignment-root", dest="out", default=".", metavar="ROOT",
+                   help="the assignment root to write solutions/, rubrics/ and assignments/ under (default: here); "
+                        "the other commands' --assignment-root")
     p.set_defaults(run=_cmd_new)
 
     p = commands.add_parser("grade", help="grade notebooks or folders of submissions")

@@ -61,7 +61,12 @@ How a command is isolated (bubblewrap, ``bwrap``)
   grader. The memory of the *whole* sandbox is watched too: every 0.25 s the watchdog adds
   up the proportional set sizes of its processes and what its private ``/tmp`` and
   ``/dev/shm`` hold (RAM too), and kills them all above ``memory_bytes`` (many processes
-  each under the per-process limit). Runs of one submission that run at the same time (its
+  each under the per-process limit). A process that runs into ``RLIMIT_AS`` is not killed: its
+  allocation fails (``MemoryError``) and it may go on, print nothing, or catch the error. The
+  watchdog therefore also keeps the highest address space (``VmPeak``) a process of the run
+  reached, read at every check and once more before the run's processes are killed; a peak
+  within :func:`_address_space_slack` of ``memory_bytes`` says "memory limit reached", with
+  or without a ``MemoryError`` on stderr. Runs of one submission that run at the same time (its
   notebook and its probe) share that limit through a :class:`MemoryShare`: their sum is
   held to it, and the run holding the most is stopped. Each has its own uid and scratch:
   neither can signal the other's processes or change (under bubblewrap: see) its files.
@@ -221,6 +226,7 @@ class SandboxResult:
     started: float = 0.0  # time.monotonic() when the command was launched (the clock inside is the same)
     peak_memory_bytes: int = 0  # the most the watchdog saw in use: PSS of its processes + its tmpfs
     hung: bool = False  # killed as idle: no CPU progress for idle_limit seconds while it could run
+    peak_address_space_bytes: int = 0  # the highest VmPeak the watchdog saw of one process of the run
 
 
 class MemoryShare:
@@ -550,7 +556,7 @@ class Sandbox:
         share = share or MemoryShare()   # alone: a share of one run, its own peak
         killed = timed_out = hung = False
         idle = IdleWatch(idle_limit, _WATCH_INTERVAL) if idle_limit is not None else None
-        peak = 0
+        peak = address_peak = 0
         deadline = start + timeout
         next_disk_check = start
         try:
@@ -561,6 +567,7 @@ class Sandbox:
                                    else f"{backstop_message(timeout)}; killed")
                     break
                 pids = _sandbox_pids(uid, proc.pid)
+                address_peak = max(address_peak, _address_space_peak(pids))
                 # Read only when a limit needs it: a run with neither is watched for memory and disk alone.
                 used = cpu_seconds(pids) if cpu_limit is not None or idle is not None else 0.0
                 if cpu_limit is not None and used > cpu_limit:
@@ -592,6 +599,12 @@ class Sandbox:
         finally:
             # Also when the watch is cut short (the grader's worker told to stop): nothing of a
             # run outlives it. Not reaped yet, so its pid, process group and session are still ours.
+            # A last look at the address spaces first: a process that ran into RLIMIT_AS and
+            # went on (or waits to be killed) says so only while it lives.
+            try:
+                address_peak = max(address_peak, _address_space_peak(_sandbox_pids(uid, proc.pid)))
+            except Exception:   # the kill below must happen whatever reading /proc does
+                pass
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
@@ -608,7 +621,7 @@ class Sandbox:
         if returncode is not None and self.isolation == "bubblewrap" and 128 < returncode <= 128 + 64:
             returncode = 128 - returncode  # bwrap reports "died of signal N" as 128+N
         stderr = err.text()
-        stopped += self._explain(returncode, stderr)
+        stopped += self._explain(returncode, stderr, address_peak)
         for name, reader in (("stdout", out), ("stderr", err)):
             if reader.dropped:
                 stopped.append(f"{name} output truncated at {_size(reader.cap)} "
@@ -616,12 +629,23 @@ class Sandbox:
         return SandboxResult(returncode=returncode, stdout=out.text(), stderr=stderr,
                              timed_out=timed_out, wall_seconds=elapsed, stopped=stopped,
                              sandboxed=self.sandboxed, stdout_bytes=out.data(), started=start,
-                             peak_memory_bytes=peak, hung=hung)
+                             peak_memory_bytes=peak, hung=hung, peak_address_space_bytes=address_peak)
 
-    def _explain(self, returncode: int | None, stderr: str) -> list[str]:
-        """Readable reasons for the limits the command visibly ran into (best effort)."""
+    def _explain(self, returncode: int | None, stderr: str, address_peak: int = 0) -> list[str]:
+        """Readable reasons for the limits the command visibly ran into (best effort).
+        ``address_peak``: the highest address space (VmPeak) one of its processes reached."""
         limits, reasons = self.limits, []
-        if "MemoryError" in stderr or "Cannot allocate memory" in stderr:
+        stderr_says = "MemoryError" in stderr or "Cannot allocate memory" in stderr
+        at_limit = address_peak >= limits.memory_bytes - _address_space_slack(limits.memory_bytes)
+        if at_limit and stderr_says:
+            reasons.append(f"memory limit {_size(limits.memory_bytes)} reached (MemoryError; a process's "
+                           f"address space reached {_size(address_peak)})")
+        elif at_limit:
+            # The process raised MemoryError itself (a notebook shows it in the cell's output,
+            # not on stderr) and was not killed: only its address space tells.
+            reasons.append(f"memory limit {_size(limits.memory_bytes)} reached (a process's address space "
+                           f"reached {_size(address_peak)}: an allocation beyond it fails with MemoryError)")
+        elif stderr_says:
             reasons.append(f"memory limit {_size(limits.memory_bytes)} reached (MemoryError)")
         elif returncode == -signal.SIGKILL:
             reasons.append(f"killed by SIGKILL (out of memory at {_size(limits.memory_bytes)}, "
@@ -987,6 +1011,29 @@ def _memory_in_use(pids: set[int]) -> int:
         except (OSError, ValueError):
             continue
     return total
+
+
+def _address_space_slack(memory_bytes: int) -> int:
+    """How far below ``memory_bytes`` (RLIMIT_AS) a process's peak address space may stay and
+    still have run into the limit: an allocation fails when it would cross the limit, so the
+    peak stops short of it by up to one request. An eighth of the limit plus 16 MiB covers
+    requests of 256 MiB at a 2 GiB limit; a process with torch loaded peaks under 1 GiB."""
+    return memory_bytes // 8 + 16 * 2**20
+
+
+def _address_space_peak(pids: set[int]) -> int:
+    """The highest peak address space (``VmPeak``, bytes) of one of ``pids`` (0 if none is readable)."""
+    highest = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"VmPeak:"):
+                        highest = max(highest, int(line.split()[1]) * 1024)
+                        break
+        except (OSError, ValueError, IndexError):
+            continue
+    return highest
 
 
 def _tmpfs_in_use(pids: set[int]) -> int:

@@ -12,6 +12,7 @@ from grader.rubric import WRITTEN_TAG, Question, Rubric
 
 STATUSES = ("passed", "failed", "error", "pending_review")
 PENDING = "awaiting review of the written answer"
+NOT_SUBMITTED = "not submitted (the answer is blank, or unchanged from the template)"
 WAITING = "This answer waits for a TA, who sets its score."   # what a student is told; why is the TA's
 
 
@@ -158,7 +159,7 @@ def score_items(rubric: Rubric, verdicts: dict[str, Verdict], submission: Submis
         elif answer is None:
             status, output = "failed", "the Question/Answer cell for this question was not found"
         elif answer.is_blank or question.id in submission.unchanged:
-            status, output = "failed", "not submitted (the answer is blank, or unchanged from the template)"
+            status, output = "failed", NOT_SUBMITTED
         else:
             status, output = "pending_review", PENDING
         results.append(written_item(rubric, question, status, output, flags.get(question.id)))

@@ -118,3 +118,49 @@ def test_an_assignment_reaches_a_pool_worker_as_its_name_and_root(tmp_path):
     assert (received.name, received.root) == (NAME, tmp_path)
     assert not {"master", "template", "rubric", "reference_answers"} & set(vars(received))
     assert (received.master, received.template, received.rubric, received.fingerprint) == read
+
+
+def test_a_new_assignments_review_page_shows_its_question_and_criteria_under_its_root(tmp_path):
+    """`grader new --out ROOT` lays an assignment out under ROOT; graded with --assignment-root
+    ROOT, its review page (and `grader report DIR` later, without the option) shows each written
+    answer's question and criteria, as the repository's own assignments' pages do. In process:
+    a recorded result with the question pending."""
+    from contextlib import redirect_stdout
+    from io import StringIO
+
+    from grader.assign import new_assignment
+    from grader.cli import main
+    from grader.report.pages import REVIEW_PAGE, write_pages
+    from grader.report.results import read_results, write_result
+    from grader.score import GradeResult, ItemResult
+
+    root = tmp_path / "course"
+    new_assignment("fresh_course", root)
+    assignment = Assignment("fresh_course", root)
+    (question,) = assignment.rubric.questions
+    items = [ItemResult(i.name, i.title, i.points, i.points, "passed", "ok", list(i.tags), i.visibility)
+             for i in assignment.rubric.items]
+    items.append(ItemResult(question.item_name, question.title, 0.0, question.points, "pending_review",
+                            "awaiting review", ["written"], "after_published"))
+    out = tmp_path / "out"
+    write_result(out, GradeResult("ada", "fresh_course", "0", "0" * 64, items))
+    asked = assignment.reference_answers[question.id].question
+
+    def shown() -> str:
+        review = (out / "ada" / REVIEW_PAGE).read_text()
+        assert f'<blockquote class="question">{asked}</blockquote>' in review
+        for criterion in question.criteria:
+            assert f"<td>{criterion.id}</td><td>{criterion.earns}</td>" in review
+        return review
+
+    write_pages(out, read_results(out), root=root)   # what `grader grade --assignment-root` does
+    shown()
+    (out / "ada" / REVIEW_PAGE).unlink()
+    with redirect_stdout(StringIO()):
+        assert main(["report", str(out)]) == 0    # the folder remembers the root
+    shown()
+
+
+def test_grader_new_takes_the_root_as_the_other_commands_spell_it():
+    for option in ("--out", "--assignment-root"):
+        assert build_parser().parse_args(["new", "fresh", option, "some/root"]).out == "some/root"

@@ -282,14 +282,17 @@ def test_todos_are_listed_per_scaffold_symbol_and_exercise_cell(tmp_path):
     path.write_text(json.dumps(data))
     findings = hyena.inspect_notebook(path)
     scaffold_lines, exercise_lines = hyena.todos(findings)
-    assert scaffold_lines == ["still TODO (raises NotImplementedError) in cell 12: gla_decay_mask"]
+    # cells named one way throughout: by their place among the code cells, with their first line
+    assert scaffold_lines == ["still TODO (raises NotImplementedError) in code cell 9 "
+                              "(`def retnet_decay_mask(length: int, gamma):`): gla_decay_mask"]
     code_cells = sum(c["cell_type"] == "code" for c in data["cells"])
     assert exercise_lines == [f"code cell {code_cells} (`# my exercise`)"]
     ready, line = hyena.verdict(findings, None, None)
     assert not ready and line == "NOT READY: TODOs are left that raise NotImplementedError (see above)."
     data = edit_cell(reference_json(), "linear-attention", lambda s: s.replace("def step(", "def stepp("))
     path.write_text(json.dumps(data))
-    assert check.todos(check.inspect_notebook(path))[0] == ["not defined in cell 6: LinearAttention.step"]
+    assert check.todos(check.inspect_notebook(path))[0] == [
+        "not defined in code cell 4 (`class LinearAttention(Module):`): LinearAttention.step"]
 
 
 def missing_block(out: str) -> list[str]:
@@ -423,6 +426,29 @@ def test_prepare_cells_puts_provided_cells_back_where_grading_does(tmp_path):
     assert ours == [(c.get("id"), c.cell_type, cells.source(c)) for c in graders.cells]
     origins = [index for _, index in check.prepare_cells(findings)]
     assert origins.count(None) == 1 and origins[[c[0] for c in ours].index("ex2-data-helpers")] is None
+
+
+def test_run_leaves_out_the_test_cells_as_grading_does(tmp_path, capsys):
+    """A new assignment's visible test cells stay in the student's notebook; grading's run leaves
+    them out (the probe decides each as an item), and so does --run: the cells it executes are
+    grading's, and its summary says the test cells were left out and why."""
+    from grader.assign import new_assignment
+    new_assignment("fresh", tmp_path)
+    assignment = Assignment("fresh", tmp_path)
+    spec = importlib.util.spec_from_file_location("check_fresh", tmp_path / "assignments" / "fresh" / "check.py")
+    fresh = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = fresh
+    spec.loader.exec_module(fresh)
+    student = assignment.template_path
+    tests = [c.get("id") for c in assignment.template.cells if cells.TEST in cells.tags(c)]
+    assert tests, "a new assignment's notebook keeps its visible test cells"
+    findings = fresh.inspect_notebook(student)
+    ours = [c.get("id") for c, _ in fresh.prepare_cells(findings)]
+    graders = prepare_notebook(nbformat.read(str(student), 4), assignment.master, [])
+    assert ours == [c.get("id") for c in graders.cells] and not set(tests) & set(ours)
+    fresh.report_graded(findings, fresh.NotebookRun(code_cells=len(ours), test_cells=len(tests)))
+    assert (f"({len(tests)} test cell{'s' if len(tests) != 1 else ''} left out, as the grader's run leaves them out"
+            in capsys.readouterr().out)
 
 
 # --- end to end: check.py and `grader check` as subprocesses -----------------------------------
@@ -583,8 +609,10 @@ def test_untouched_template_lists_failing_tests_and_blank_answers(runs):
     assert "NotImplementedError: TODO" in run.output, run.context()
     blank = next(line for line in run.output.splitlines() if "blank, so not submitted" in line)
     assert all(qid in blank for qid in check.QUESTIONS), run.context()
-    assert ("still TODO (raises NotImplementedError) in cell 6: LinearAttention.forward, LinearAttention.step"
-            in run.output), run.context()
+    assert ("still TODO (raises NotImplementedError) in code cell 4 (`class LinearAttention(Module):`): "
+            "LinearAttention.forward, LinearAttention.step" in run.output), run.context()
+    # one way of naming cells in one output: by their place among the code cells
+    assert not re.search(r"(?<!code )(?<!provided )cell \d", run.output), run.context()
     assert "Running the notebook: not asked; `python check.py --run` runs it" in run.output, run.context()
     assert "NOT READY: 7 of 15 public tests fail." in run.output, run.context()
 
@@ -613,13 +641,26 @@ def test_missing_scaffold_gives_the_reason(runs):
 
 
 def test_grader_check_prints_what_check_py_prints(runs):
-    """The same output, but for the notebook's path: `grader check` checks a copy in its scratch."""
+    """The same output, the notebook's path included: `grader check` checks a copy in its
+    scratch, gone when it ends, and names it as the TA gave it."""
     run = runs["grader_check"]
     assert run.returncode == runs["reference"].returncode == 0, run.context()
     checked = re.match(r"Checking (\S+)\n", run.output)
-    assert checked and checked.group(1) != str(REFERENCE), run.context()
-    assert Path(checked.group(1)).name == REFERENCE.name and not Path(checked.group(1)).exists()
-    assert run.output.replace(checked.group(1), str(REFERENCE)) == runs["reference"].output
+    assert checked and checked.group(1) == str(REFERENCE), run.context()
+    assert "g2c-check-" not in run.output, run.context()
+    assert run.output == runs["reference"].output
+
+
+def test_grader_check_names_its_copies_as_the_ta_gave_them():
+    from grader.cli import as_given
+    given = {"/tmp/g2c-check-1/notebook/hw.ipynb": "subs/hw.ipynb",
+             "/tmp/g2c-check-1/linear_attention": "/course/assignments/linear_attention"}
+    text = ("Checking /tmp/g2c-check-1/notebook/hw.ipynb\n"
+            "  File \"/tmp/g2c-check-1/linear_attention/tests/test_x.py\", line 3\n"
+            "/tmp/g2c-check-1/linear_attention_hyena stays\n")
+    assert as_given(text, given) == ("Checking subs/hw.ipynb\n"
+                                     "  File \"/course/assignments/linear_attention/tests/test_x.py\", line 3\n"
+                                     "/tmp/g2c-check-1/linear_attention_hyena stays\n")
 
 
 def test_grader_check_runs_the_notebook_in_the_sandbox(runs, ta):

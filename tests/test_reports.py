@@ -4,6 +4,7 @@ tested in test_grading.py and test_pages.py.)"""
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
 import re
@@ -11,6 +12,7 @@ from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import replace
 from pathlib import Path
 
+import markupsafe
 import pytest
 import yaml
 
@@ -421,3 +423,164 @@ def test_a_failure_cause_is_one_row_whatever_it_costs_and_numbers_are_masked_ali
         ("forward raised NotImplementedError: TODO, at line #; every item that needs forward is #", 2,
          ["Normalization", "Alignment", "Causality"]),
         ("max-abs error # at position #.", 1, ["Equivalence", "Decay_Parallel"])]
+
+
+def _state_badges(html: str, item: str) -> list[str]:
+    """The badges drawn for ``item`` on a page: its card's heading and its row in the checks table."""
+    card = re.search(rf'<div class="item" id="item-{item}">(.*?)\n</div>', html, re.S).group(1)
+    return re.findall(r'<span class="state ([a-z_]+)">([^<]*)</span>', card)
+
+
+def test_before_release_the_total_says_what_is_withheld(folder, assignment):
+    results = read_results(folder)
+    write_pages(folder, results)
+    alice = page(folder / "alice" / REPORT_PAGE)
+    checks_max = sum(i.points for i in assignment.rubric.items)
+    written_max = sum(q.points for q in assignment.rubric.questions)
+    total = re.search(r'id="total">([^<]*)<', alice).group(1)
+    # Not "104 / 104 points" for an assignment out of 129: the total says it is out of more.
+    assert total == f"{checks_max:g} / {checks_max:g} points released so far, of {checks_max + written_max:g}"
+    withheld = re.search(r'id="withheld">([^<]*)<', alice).group(1)
+    n = len(assignment.rubric.questions)
+    assert f"Not released yet: {n} written answers ({written_max:g} points)" in withheld
+    assert 'id="waiting"' not in alice   # the waiting written answers are not shown yet
+
+
+def test_published_with_answers_waiting_the_page_says_how_many_points_wait_and_the_terminal_warns(folder, assignment):
+    with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()) as warned:
+        assert main(["report", str(folder), "--release", "published"]) == 0
+    questions = assignment.rubric.questions
+    waiting_max = sum(q.points for q in questions)   # bob's and carol's answers all wait; alice's first is graded
+    bob = page(folder / "bob" / REPORT_PAGE)
+    total_max = sum(i.points for i in assignment.rubric.items) + waiting_max
+    bob_score = next(r for r in read_results(folder) if r.submission_id == "bob").score
+    assert re.search(r'id="total">([^<]*)<', bob).group(1) == f"{bob_score:g} / {total_max:g} points"
+    waiting = re.search(r'id="waiting">([^<]*)<', bob).group(1)
+    assert waiting.startswith(f"{waiting_max:g} of these {total_max:g} points wait for a TA's review "
+                              f"({len(questions)} written answers)")
+    alice_waits = waiting_max - questions[0].points
+    alice = page(folder / "alice" / REPORT_PAGE)
+    assert re.search(r'id="waiting">([^<]*)<', alice).group(1).startswith(f"{alice_waits:g} of these")
+    # the TA who published is told on the terminal, with the count and the points
+    pending = 3 * len(questions) - 1
+    assert (f"grader: warning: released to students (published) while {pending} items of 3 submissions "
+            f"({2 * waiting_max + alice_waits:g} points) still wait for a TA's review") in warned.getvalue()
+    # nothing released waits: no warning
+    with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()) as quiet:
+        assert main(["report", str(folder), "--release", "none"]) == 0
+    assert "warning" not in quiet.getvalue()
+
+
+def test_a_tas_partial_credit_is_not_drawn_as_a_failure(folder, assignment):
+    question = next(q for q in assignment.rubric.questions if q.points > 1)
+    check = next(i for i in assignment.rubric.items if i.points > 1)
+    (folder / "overrides.yaml").write_text(yaml.safe_dump({"bob": {
+        question.item_name: {"score": question.points - 1, "comment": "", "reviewer": "jdoe"},
+        check.name: {"score": check.points - 1, "comment": "", "reviewer": "jdoe"},
+        "causality": {"score": 0, "comment": "", "reviewer": "jdoe"}}}))
+    with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
+        assert main(["report", str(folder), "--release", "published"]) == 0
+    for name in (REPORT_PAGE, REVIEW_PAGE):
+        bob = page(folder / "bob" / name)
+        assert _state_badges(bob, question.item_name) == [("partial", "partial credit")]
+        assert _state_badges(bob, check.name) == [("partial", "partial credit")]
+        assert _state_badges(bob, "causality") == [("failed", "failed")]   # no credit is still a failure
+        row = re.search(rf'href="#item-{check.name}">.*?</tr>', bob, re.S).group(0)
+        assert '<span class="state partial">partial credit</span>' in row
+    alice = page(folder / "alice" / REPORT_PAGE)
+    assert _state_badges(alice, questions_waiting := assignment.rubric.questions[1].item_name) == [
+        ("pending_review", "awaiting review")], questions_waiting
+
+
+def _untouched(assignment, submission_id: str = "zed") -> GradeResult:
+    """The notebook as handed out: the template's scaffold code, every check lost to its TODOs,
+    every written answer not submitted."""
+    not_submitted = "not submitted (the answer is blank, or unchanged from the template)"   # as results.json says
+    todo = "forward raised NotImplementedError: TODO: implement the parallel form"
+    result = recorded(assignment, submission_id, {i.name: todo for i in assignment.rubric.items})
+    result.items = [replace(i, status="failed", output=not_submitted) if "written" in i.tags else i
+                    for i in result.items]
+    template = "\n\n".join(cells.source(c) for c in assignment.template.cells if cells.SCAFFOLD in cells.tags(c))
+    result.artifacts = {SCAFFOLD_SOURCE: template.encode()}
+    return result
+
+
+def _rate_label(summary: str, item: str) -> str:
+    return re.search(rf'id="rate-{item}".*?<text[^>]*>([^<]*)<', summary, re.S).group(1).strip()
+
+
+def test_the_class_page_leads_with_the_queue_and_calls_an_untouched_notebook_not_attempted(folder, assignment):
+    write_result(folder, _untouched(assignment))
+    write_pages(folder, read_results(folder))
+    summary = page(folder / SUMMARY_PAGE)
+    headings = re.findall(r"<h2[^>]*>([^<]*)</h2>", summary)
+    assert headings[0] == "Review queue: what waits for you" and headings.index("Scores") > 0
+    waiting = review_queue(folder, read_results(folder))
+    assert re.search(r'id="waiting-total">([^<]*)<', summary).group(1).startswith(
+        f"{len(waiting)} entries wait for a person, from {len({e.submission_id for e in waiting})} submissions")
+    row = re.search(r'<tr><td><a href="zed/review.html">zed</a></td>.*?</tr>', summary, re.S).group(0)
+    assert "not attempted" in row and "equivalence" not in row
+    assert 'id="not-attempted">Not attempted (1): <a href="zed/review.html">zed</a>.' in summary
+    # its TODOs are not the class's failures, and its blank answers are not graded answers
+    assert "NotImplementedError" not in summary
+    second = assignment.rubric.questions[1].item_name
+    assert _rate_label(summary, second) == "none graded yet, 3 pending"
+    # an attempted row names at most MAX_ROW_ITEMS lost items, and counts the rest
+    bob_like = recorded(assignment, "many", {i.name: "wrong" for i in assignment.rubric.items[:12]})
+    write_result(folder, bob_like)
+    write_pages(folder, read_results(folder))
+    row = re.search(r'<tr><td><a href="many/review.html">many</a></td>.*?</tr>', page(folder / SUMMARY_PAGE), re.S).group(0)
+    assert "and 4 more" in row and assignment.rubric.items[8].name not in row
+
+
+def test_a_queue_page_shows_the_question_its_criteria_and_a_way_to_the_whole_answer(folder, assignment):
+    question = assignment.rubric.questions[0]
+    long_answer = "The linear state stays fixed while the cache grows. " * 30
+    dave = recorded(assignment, "dave")
+    dave.artifacts = {WRITTEN_INPUTS: json.dumps({"answers": {question.id: long_answer}}).encode()}
+    write_result(folder, dave)
+    write_pages(folder, read_results(folder))
+    queue = page(folder / QUEUE_FOLDER / queue_page_name(question.item_name, 1))
+    asked = assignment.reference_answers[question.id].question
+    assert re.search(r'<blockquote class="question" id="question">([^<]*)</blockquote>', queue).group(1) == \
+        str(markupsafe.escape(asked))
+    criteria = re.search(r'<table id="criteria">(.*?)</table>', queue, re.S).group(1)
+    for criterion in question.criteria:
+        assert f"<td>{markupsafe.escape(criterion.id)}</td><td>{markupsafe.escape(criterion.earns)}</td>" in criteria
+    # dave's answer is cut on the queue page, which links to the review page showing it whole
+    assert f'The whole answer: <a href="../dave/{REVIEW_PAGE}#item-{question.item_name}">dave</a>' in queue
+    assert long_answer.strip() in html.unescape(page(folder / "dave" / REVIEW_PAGE))
+    # bob's short answer is whole already: no link for it
+    assert f'<a href="../bob/{REVIEW_PAGE}#item-{question.item_name}">bob</a>&#39;s review page' not in queue
+    # its explanations read as sentences even where a reader joins the lines ("shown.A row's")
+    prose = re.sub(r"<(pre|blockquote|table)\b.*?</\1>", "", queue, flags=re.S)
+    prose = re.sub(r"<[^>]+>", "", prose).replace("\n", "")
+    assert not re.search(r"[a-z]\.[A-Z]", prose), re.findall(r".{20}[a-z]\.[A-Z].{10}", prose)
+
+
+def test_after_an_override_no_page_says_the_answer_still_awaits_review(folder, assignment):
+    question = assignment.rubric.questions[1]
+    (folder / "overrides.yaml").write_text(yaml.safe_dump(
+        {"bob": {question.item_name: {"score": question.points, "comment": "clear", "reviewer": "jdoe"}}}))
+    with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
+        assert main(["report", str(folder), "--release", "published"]) == 0
+    decided = f"Reviewed by a TA (jdoe): {question.points:g} / {question.points:g}. clear"
+    for name in (REPORT_PAGE, REVIEW_PAGE):
+        card = re.search(rf'<div class="item" id="item-{question.item_name}">(.*?)\n</div>',
+                         page(folder / "bob" / name), re.S).group(1)
+        shown = re.sub(r'<p class="note">Before the review, the grader said: [^<]*</p>', "", card)
+        assert decided in shown and "awaiting review" not in shown, (name, card)
+    review = page(folder / "bob" / REVIEW_PAGE)
+    assert "Before the review, the grader said: awaiting review" in review
+
+
+def test_counts_read_as_english():
+    from grader.report.terminal import counted
+    assert counted(1, "submission") == "1 submission" and counted(0, "submission") == "0 submissions"
+    assert counted(2, "item") == "2 items"
+
+
+def test_the_help_shows_no_markup_and_says_the_exit_statuses():
+    from grader.cli import build_parser
+    helped = build_parser().format_help()
+    assert "``" not in helped and "Exit status: 0" in helped

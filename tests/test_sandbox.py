@@ -509,3 +509,35 @@ def test_the_unprivileged_level_is_refused_when_the_sandbox_user_cannot_import_w
     # The same packages reachable by all: the level is accepted.
     accepted = subprocess.run([user_python, "-c", check], capture_output=True, text=True, env=env, timeout=300)
     assert (accepted.returncode, accepted.stdout.strip()) == (0, "None"), accepted.stdout + accepted.stderr
+
+
+def test_a_process_that_runs_into_its_address_space_limit_and_goes_on_is_reported(tmp_path: Path) -> None:
+    # A notebook's kernel raises MemoryError into the cell's output, not onto stderr, and is
+    # not killed: the note must come from the address space the process reached. Here the
+    # failed allocations are caught silently and the process is still alive at the timeout.
+    result = run_script(tmp_path, """
+        import mmap, sys, time
+        hoard = []
+        try:
+            while True:
+                hoard.append(mmap.mmap(-1, 64 * 2**20))
+        except (MemoryError, OSError):
+            pass
+        print("FULL", flush=True)
+        time.sleep(60)
+    """, Limits(memory_bytes=2**30), timeout=8)
+    assert "FULL" in result.stdout and "MemoryError" not in result.stderr
+    assert result.peak_address_space_bytes > 2**30 - 64 * 2**20 - 2**20
+    assert any(r.startswith("memory limit 1.0 GiB reached (a process's address space reached")
+               for r in result.stopped), result.stopped
+
+
+def test_the_memory_note_follows_the_address_space_not_the_timing_of_stderr() -> None:
+    box = Sandbox(Limits(memory_bytes=2 * 2**30))
+    # The adversarial notebook's hoard (256 MiB at a time) stops within 256 MiB of the limit.
+    near = box._explain(0, "", 2 * 2**30 - 2**28 + 4096)
+    assert any(r.startswith("memory limit 2.0 GiB reached") and "MemoryError" in r for r in near), near
+    # A kernel with torch loaded (under 1 GiB of address space) ran into nothing.
+    assert not any("memory limit" in r for r in box._explain(0, "", 2**30))
+    # MemoryError on stderr still says so without an address space reading.
+    assert box._explain(1, "MemoryError\n", 0) == ["memory limit 2.0 GiB reached (MemoryError)"]

@@ -38,7 +38,9 @@ pages (``queue_pages``), ROWS_PER_PAGE groups a page, each page at most 5 bytes 
     MAX_EXCERPT_CHARS a row                       its first member's answer, or its cause
     + (MAX_LINE_CHARS + grouping.MAX_CHANGE_CHARS) a member   why it waits, how its words differ
 
-plus markup: 20 KB a page, 2 KB a row and 2 KB a member (its lines). The TA's own text
+plus markup: 20 KB a page (a written question's text and criteria, the rubric's, included), 2 KB
+a row and 2 KB a member (its lines). A row whose answer is cut links to the review page that shows
+it (up to MAX_ANSWER_CHARS). The TA's own text
 (overrides, reviewers, comments) and the regrade history are not the submission's and are
 shown whole.
 """
@@ -66,7 +68,7 @@ import jinja2
 import markupsafe
 
 from grader import cells
-from grader.assignment import Assignment
+from grader.assignment import PROJECT_ROOT, Assignment
 from grader.intake import SAFE_ID
 from grader.pipeline import EXECUTED_NOTEBOOK, GRADER_ERRORS, SCAFFOLD_SOURCE
 from grader.report.changes import CHANGES_FILE, read_changes
@@ -76,7 +78,7 @@ from grader.report.integrity import similar_groups
 from grader.report.overrides import OVERRIDES_FILE
 from grader.report.results import RESULTS_FILE, is_pending
 from grader.rubric import WRITTEN_TAG
-from grader.score import WAITING, GradeResult, ItemResult, review_state
+from grader.score import NOT_SUBMITTED, WAITING, GradeResult, ItemResult, review_state
 from grader.written import USAGE_FILE, WRITTEN_INPUTS
 from grader.written.prompt import MAX_ANSWER_CHARS, MAX_QUOTES   # an answer on its pages: as much as the model reads
 
@@ -122,6 +124,7 @@ MAX_STREAM_CHARS = 2000         # what a raising cell printed (its end); a groun
 MAX_MESSAGE_CHARS = 200         # a common failure's message on the summary
 MAX_TEXT_CHARS = 4000           # an item's message, the notes, the model's feedback, an item's flags
 MAX_CAUSE_ITEMS = 6              # items named beside a failure cause on the class page (the rest counted)
+MAX_ROW_ITEMS = 8                # items a class page's row names as lost (the rest counted)
 MAX_LINE_CHARS = 500            # a cell's error, a rationale, a queue reason, the name submitted as
 MAX_EXCERPT_CHARS = 400         # a written answer on a queue page (a group's first answer)
 QUEUE_FOLDER = "queue"          # DIR/queue/<item>-<n>.html: the review queue, item by item
@@ -161,7 +164,8 @@ def _review_anchor(submission_id: str, anchor: str = "", up: str = "") -> markup
 
 _templates.globals["review_anchor"] = _review_anchor
 _templates.filters["cut"] = cut
-_templates.globals.update(MAX_TEXT_CHARS=MAX_TEXT_CHARS, MAX_LINE_CHARS=MAX_LINE_CHARS,
+_templates.globals.update(MAX_ROW_ITEMS=MAX_ROW_ITEMS, MAX_EXCERPT_CHARS=MAX_EXCERPT_CHARS,
+                          MAX_TEXT_CHARS=MAX_TEXT_CHARS, MAX_LINE_CHARS=MAX_LINE_CHARS,
                           MAX_ANSWER_CHARS=MAX_ANSWER_CHARS, MAX_LISTED_STAGES=MAX_LISTED_STAGES,
                           EXECUTED_NOTEBOOK=EXECUTED_NOTEBOOK, RESULTS_FILE=RESULTS_FILE,
                           WRITTEN_INPUTS=WRITTEN_INPUTS, MAX_QUOTES=MAX_QUOTES, MAX_CAUSE_ITEMS=MAX_CAUSE_ITEMS, review_state=review_state,
@@ -208,6 +212,37 @@ class QueueEntry:
     held: bool = False
 
 
+def _folder_state(out_dir: Path) -> dict[str, Any]:
+    """What RELEASE_FILE keeps ({} when nothing, or nothing readable, is there)."""
+    try:
+        stored = json.loads((out_dir / RELEASE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return stored if isinstance(stored, dict) else {}
+
+
+def _keep_folder_state(out_dir: Path, **changes: Any) -> None:
+    """Write RELEASE_FILE with ``changes`` over what it holds (a value None removes its key)."""
+    state = {**_folder_state(out_dir), **changes}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / RELEASE_FILE).write_text(json.dumps({k: v for k, v in state.items() if v is not None}) + "\n")
+
+
+def assignment_root(out_dir: Path, given: Path | None = None) -> Path:
+    """The root of the assignment the folder's results are of, where the pages read its
+    questions, criteria, master and template: ``given`` (``grade --assignment-root``) is kept in
+    RELEASE_FILE beside the release state, so ``grader report DIR`` finds it again; None reads
+    what is kept (this project when nothing is)."""
+    if given is not None:
+        given = Path(given).resolve()
+        kept = None if given == PROJECT_ROOT else str(given)
+        if kept != _folder_state(out_dir).get("assignment_root"):
+            _keep_folder_state(out_dir, assignment_root=kept)
+        return given
+    kept = _folder_state(out_dir).get("assignment_root")
+    return Path(kept) if isinstance(kept, str) and kept else PROJECT_ROOT
+
+
 def release_state(out_dir: Path, given: str | None = None) -> str:
     """How far the folder's grades are released. ``given`` (``--release`` on grade or report)
     becomes the folder's state; None keeps the state already stored there (``none`` for a new
@@ -216,11 +251,10 @@ def release_state(out_dir: Path, given: str | None = None) -> str:
     if given is not None:
         if given not in RELEASES:
             raise ValueError(f"release must be one of {sorted(RELEASES)}, not {given!r}")
-        out_dir.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"release": given, "set": _now()}) + "\n")
+        _keep_folder_state(out_dir, release=given, set=_now())
         return given
     try:
-        stored = json.loads(path.read_text()).get("release")
+        stored = json.loads(path.read_text()).get("release", "none")   # a folder graded under a root keeps only that
     except (OSError, ValueError, AttributeError):
         return "none"
     if stored not in RELEASES:
@@ -228,11 +262,14 @@ def release_state(out_dir: Path, given: str | None = None) -> str:
     return stored
 
 
-def write_pages(out_dir: Path, results: list[GradeResult], release: str = "none") -> list[Path]:
+def write_pages(out_dir: Path, results: list[GradeResult], release: str = "none",
+                root: Path | None = None) -> list[Path]:
     """report.html and review.html for every result (and executed.html when its folder holds
-    the executed notebook), then summary.html for the batch."""
+    the executed notebook), then summary.html for the batch. ``root``: the assignment's root
+    (``--assignment-root``; kept in the folder, see ``assignment_root``)."""
     if release not in RELEASES:
         raise ValueError(f"release must be one of {sorted(RELEASES)}, not {release!r}")
+    root = assignment_root(out_dir, root)
     pages = []
     summarized: dict[str, bytes] = {}   # what the summary shows of each submission, gathered on the way
     for result in results:
@@ -240,7 +277,7 @@ def write_pages(out_dir: Path, results: list[GradeResult], release: str = "none"
         folder.mkdir(parents=True, exist_ok=True)
         executed, executed_note = write_executed_page(folder)   # linked from the TA's page only
         pages += [executed] if executed else []
-        context, inputs = None, _page_inputs(folder, result, release, executed_note)
+        context, inputs = None, _page_inputs(folder, result, release, executed_note, root)
         summarized[result.submission_id] = hashlib.sha256(inputs + _stat_line(folder / SCAFFOLD_SOURCE)).digest()
         for name, audience, shown in ((REPORT_PAGE, "student", RELEASES[release]),
                                       (REVIEW_PAGE, "ta", None)):
@@ -249,7 +286,7 @@ def write_pages(out_dir: Path, results: list[GradeResult], release: str = "none"
             made_from = f"{hashlib.sha256(inputs + audience.encode()).hexdigest()} {_page_code_digest()}"
             if page_made_from(page) == made_from:
                 continue   # the page these inputs make is there: an unchanged regrade redraws nothing
-            context = context or _submission_context(folder, result)
+            context = context or _submission_context(folder, result, root)
             html = _templates.get_template("report.html.j2").render(
                 audience=audience, release=release, executed=executed.name if executed else "",
                 executed_note=executed_note, **context, **_items_context(result, shown))
@@ -258,7 +295,7 @@ def write_pages(out_dir: Path, results: list[GradeResult], release: str = "none"
     summary_inputs = _out_dir_inputs(out_dir) + b"".join(summarized[sid] for sid in sorted(summarized))
     made_from = f"{hashlib.sha256(summary_inputs).hexdigest()} {_page_code_digest()}"
     if page_made_from(summary) != made_from:   # its plots and the similarity search cost seconds
-        context = summary_context(out_dir, results)
+        context = summary_context(out_dir, results, root)
         _write_queue_pages(out_dir, context["queue_pages"])   # drawn from the same inputs as the summary
         html = _templates.get_template("summary.html.j2").render(**context)
         summary.write_text(f"<!-- {MADE_FROM} {made_from} -->\n" + html)
@@ -275,13 +312,14 @@ def _stat_line(path: Path) -> bytes:
         return f"{path.name} absent\0".encode()
 
 
-def _page_inputs(folder: Path, result: GradeResult, release: str, executed_note: str) -> bytes:
+def _page_inputs(folder: Path, result: GradeResult, release: str, executed_note: str,
+                 root: Path = PROJECT_ROOT) -> bytes:
     """What a submission's two pages are drawn from, but for their audience: the result, the
     release state, the folder's files the pages read and the assignment's files. With the
     audience, digested, and the digest of the code that draws them, it makes a page's first line."""
     # As results.json holds it: a result read back from there makes the same inputs as the one
     # just graded (whose execution time is not rounded yet), so the next run redraws nothing.
-    shown = json.dumps([result.to_json(), release, executed_note, _assignment_digest(result.assignment)],
+    shown = json.dumps([result.to_json(), release, executed_note, _assignment_digest(result.assignment, root)],
                        sort_keys=True, default=str)
     return f"{shown}\0".encode() + b"".join(_stat_line(folder / name) for name in (EXECUTED_NOTEBOOK, WRITTEN_INPUTS))
 
@@ -292,10 +330,10 @@ def _out_dir_inputs(out_dir: Path) -> bytes:
 
 
 @functools.lru_cache(maxsize=8)
-def _assignment_digest(name: str) -> str:
+def _assignment_digest(name: str, root: Path = PROJECT_ROOT) -> str:
     """The master, the template and the rubric file of the assignment (questions and criteria
-    are shown from them); "" for an assignment the project does not have."""
-    assignment = _assignment(name)
+    are shown from them); "" for an assignment the root does not have."""
+    assignment = _assignment(name, root)
     try:
         return hashlib.sha256(assignment.fingerprint.encode() + assignment.rubric_path.read_bytes()).hexdigest()
     except OSError:
@@ -314,26 +352,55 @@ def _page_code_digest() -> str:
     return digest.hexdigest()
 
 
-def _submission_context(folder: Path, result: GradeResult) -> dict[str, Any]:
-    problems = cell_problems(folder / EXECUTED_NOTEBOOK, result)
+def _submission_context(folder: Path, result: GradeResult, root: Path = PROJECT_ROOT) -> dict[str, Any]:
+    problems = cell_problems(folder / EXECUTED_NOTEBOOK, result, root)
     return {"result": result, "problems": problems[:MAX_LISTED_CELLS],
             "unlisted_problems": len(problems[MAX_LISTED_CELLS:]),
-            "answers": _answers(folder), "asked": written_context(folder, result), "generated": _now()}
+            "answers": _answers(folder), "asked": written_context(folder, result, root), "generated": _now()}
+
+
+def badge(item: ItemResult) -> tuple[str, str]:
+    """An item's state as its badge shows it: (CSS class, words). Partial credit (a TA's 2 of 3,
+    a check's fraction) is not drawn as a failure; a waiting item says it waits."""
+    if review_state(item).state == "waiting":
+        return "pending_review", "awaiting review"
+    if item.status == "failed" and 0 < item.score < item.max_score:
+        return "partial", "partial credit"
+    return item.status, item.status.replace("_", " ")
+
+
+_templates.globals["badge"] = badge
+
+
+def _counted(items: list[ItemResult], what: str) -> str:
+    """'3 written answers' / '1 check': how many of ``items`` a sentence names, by kind."""
+    written = sum(WRITTEN_TAG in i.tags for i in items)
+    parts = [f"{n} {noun}{'s' if n != 1 else ''}" for n, noun in
+             ((written, "written answer"), (len(items) - written, "check")) if n]
+    return " and ".join(parts) if parts else f"no {what}"
 
 
 def _items_context(result: GradeResult, shown: tuple[str, ...] | None) -> dict[str, Any]:
+    """The items a page shows (``shown``: the visibilities released; None: all, for a TA), the
+    total over them, and what the total leaves out: the items not released yet, and the shown
+    items still waiting for a TA (counted 0 until one decides)."""
     items = [i for i in result.items if shown is None or i.visibility in shown]
     withheld = [i for i in result.items if i not in items]
+    waiting = [i for i in items if review_state(i).state == "waiting"]
     return {"items": items, "checks": [i for i in items if WRITTEN_TAG not in i.tags],
             "written": [i for i in items if WRITTEN_TAG in i.tags],
             "shown_score": round(sum(i.score for i in items), 4),
             "shown_max": round(sum(i.max_score for i in items), 4),
+            "total_max": result.max_score,
             "withheld": len(withheld), "withheld_max": round(sum(i.max_score for i in withheld), 4),
+            "withheld_kinds": _counted(withheld, "item"),
+            "waiting": len(waiting), "waiting_max": round(sum(i.max_score for i in waiting), 4),
+            "waiting_kinds": _counted(waiting, "item"),
             "shown_names": [i.name for i in items], "titles": {i.name: i.title for i in items},
             "override_lines": {i.name: override_lines(result.submission_id, i) for i in items}}
 
 
-def cell_problems(executed: Path, result: GradeResult | None = None) -> list[CellProblem]:
+def cell_problems(executed: Path, result: GradeResult | None = None, root: Path = PROJECT_ROOT) -> list[CellProblem]:
     """Cells of the executed notebook that raised, in order (empty when there is no notebook),
     numbered among code cells as the student counts them; with ``result``, each names the items
     its error cost.
@@ -365,7 +432,7 @@ def cell_problems(executed: Path, result: GradeResult | None = None) -> list[Cel
                                  cut(printed, MAX_STREAM_CHARS, EXECUTED_NOTEBOOK, keep_end=True),
                                  str(cell.get("id", ""))))
     if result is not None:
-        defines = answer_cells(result.assignment)
+        defines = answer_cells(result.assignment, root)
         for problem in found:
             missing = defines.get(problem.cell_id, ())
             problem.costs = [i.name for i in result.items if i.status != "passed" and WRITTEN_TAG not in i.tags and (
@@ -374,19 +441,19 @@ def cell_problems(executed: Path, result: GradeResult | None = None) -> list[Cel
 
 
 @functools.lru_cache(maxsize=8)
-def _assignment(name: str) -> Assignment:
-    """The assignment results name, loaded once per process: parsing its rubric again for every
-    page was most of the cost of rewriting a class's pages."""
-    return Assignment(name)
+def _assignment(name: str, root: Path = PROJECT_ROOT) -> Assignment:
+    """The assignment results name, under ``root``, loaded once per process: parsing its rubric
+    again for every page was most of the cost of rewriting a class's pages."""
+    return Assignment(name, root)
 
 
 @functools.lru_cache(maxsize=8)
-def answer_cells(assignment: str) -> dict[str, tuple[str, ...]]:
+def answer_cells(assignment: str, root: Path = PROJECT_ROOT) -> dict[str, tuple[str, ...]]:
     """Cell id -> the answer variables that cell assigns, read from the trusted master notebook
     (never from the student's cell; ids are the template's): a raising cell costs the items
     that read them."""
     try:
-        template = _assignment(assignment)
+        template = _assignment(assignment, root)
         wanted = set(template.rubric.answer_variables)
         notebook = template.master
     except Exception:  # noqa: BLE001 - an unknown or broken assignment only loses the links
@@ -406,15 +473,23 @@ def answer_cells(assignment: str) -> dict[str, tuple[str, ...]]:
     return found
 
 
-def written_context(folder: Path, result: GradeResult) -> dict[str, dict[str, Any]]:
+def asked_questions(assignment: str, root: Path = PROJECT_ROOT) -> dict[str, tuple[Any, str]]:
+    """Written item name -> (the rubric's question, with its criteria; the question as the
+    master asks it), for the assignment under ``root``; {} for one that cannot be read there."""
+    try:
+        template = _assignment(assignment, root)
+        asked = template.reference_answers
+        return {q.item_name: (q, asked[q.id].question if q.id in asked else "") for q in template.rubric.questions}
+    except Exception:  # noqa: BLE001 - an unknown assignment's pages still show the answers
+        return {}
+
+
+def written_context(folder: Path, result: GradeResult, root: Path = PROJECT_ROOT) -> dict[str, dict[str, Any]]:
     """For each written item: the question as the template asks it, the rubric's criteria and
     the grounding values the answer was judged against, as the written stage recorded them (the
     student's reported run, the grader's re-run, and whether the two agree where they must)."""
-    try:
-        template = _assignment(result.assignment)
-        questions = {q.item_name: q for q in template.rubric.questions}
-        asked = template.reference_answers
-    except Exception:  # noqa: BLE001 - an unknown assignment's pages still show the answers
+    questions = asked_questions(result.assignment, root)
+    if not questions:
         return {}
     try:
         inputs = json.loads((folder / WRITTEN_INPUTS).read_text())
@@ -422,7 +497,7 @@ def written_context(folder: Path, result: GradeResult) -> dict[str, dict[str, An
         inputs = {}
     inputs = inputs if isinstance(inputs, dict) else {}
     context = {}
-    for name, question in questions.items():
+    for name, (question, text) in questions.items():
         runs = []
         for part, label in GROUNDING_PARTS:
             found = inputs.get(part)
@@ -430,8 +505,7 @@ def written_context(folder: Path, result: GradeResult) -> dict[str, dict[str, An
             if values:
                 runs.append((label, cut(json.dumps(values, indent=1, default=str), MAX_STREAM_CHARS,
                                         WRITTEN_INPUTS, keep_end=True)))
-        context[name] = {"question": asked[question.id].question if question.id in asked else "",
-                         "criteria": {c.id: c for c in question.criteria}, "grounding": runs}
+        context[name] = {"question": text, "criteria": {c.id: c for c in question.criteria}, "grounding": runs}
     return context
 
 
@@ -511,6 +585,7 @@ class QueueRow:
     kind: str                       # grouping's level, or "same cause"
     shown: str                      # the first member's answer (cut), or the cause
     block: str
+    whole: str = ""                 # when ``shown`` is a cut answer: the submission whose review page shows it whole
 
     @property
     def together(self) -> int:
@@ -532,6 +607,8 @@ class QueuePage:
     held: int                       # held entries of the item (in no block with others), on all its pages
     rows: tuple[QueueRow, ...]
     accept: tuple[tuple[float, int, str], ...]   # (confidence, drafts at or above it, their block): first page only
+    question: str = ""              # a written item's question, as the master asks it
+    criteria: tuple[tuple[str, str, float], ...] = ()   # its rubric's criteria: (id, what earns it, points)
 
     @property
     def file_name(self) -> str:
@@ -542,15 +619,18 @@ def queue_page_name(item: str, number: int) -> str:
     return f"{item}-{number}.html"
 
 
-def queue_pages(results: list[GradeResult], queue: list[QueueEntry]) -> list[QueuePage]:
+def queue_pages(results: list[GradeResult], queue: list[QueueEntry], root: Path = PROJECT_ROOT) -> list[QueuePage]:
     """The queue as pages, item by item in the queue's order, ``ROWS_PER_PAGE`` rows a page. A
     written question's answers are grouped by what they say (``grouping.group_answers``, on the
     whole answers), each member beside its changes from the answer its row shows, and its first
     page offers, for each of ``CONFIDENCE_STEPS``, one block that accepts every draft at or above
     that confidence but the held ones; an errored item's entries are grouped by their cause
     (numbers masked). A held entry is in no block with others: its row says why and holds its
-    own lines, the score left for the TA to type."""
+    own lines, the score left for the TA to type. A written item's pages show its question and
+    criteria (from the assignment under ``root``), and a row whose answer is cut links to the
+    review page that shows it whole."""
     items = {(r.submission_id, i.name): i for r in results for i in r.items}
+    asked = asked_questions(results[0].assignment, root) if results else {}
     by_item: dict[str, list[QueueEntry]] = {}
     for entry in queue:
         by_item.setdefault(entry.item, []).append(entry)
@@ -579,10 +659,11 @@ def queue_pages(results: list[GradeResult], queue: list[QueueEntry]) -> list[Que
             # the shown answer's words first, then each set of changes once, its members together
             variants = {changes: n for n, changes in enumerate(dict.fromkeys(changes for _, changes in members))}
             members = sorted(members, key=lambda member: variants[member[1]])
+            whole = members[0][0].submission_id if first.written and len(shown) > MAX_EXCERPT_CHARS else ""
             rows.append(QueueRow(tuple(QueueMember(e, changes, lines(e, typed=True) if e.held else "")
                                        for e, changes in members),
                                  kind, cut(shown, MAX_EXCERPT_CHARS, WRITTEN_INPUTS if first.written else RESULTS_FILE),
-                                 "\n".join(lines(e) for e, _ in members if not e.held)))
+                                 "\n".join(lines(e) for e, _ in members if not e.held), whole))
         # a held draft waits for a reason the model's confidence does not answer
         accept = tuple((step, len(chosen), "\n".join(map(lines, chosen)))
                        for step in CONFIDENCE_STEPS
@@ -590,10 +671,12 @@ def queue_pages(results: list[GradeResult], queue: list[QueueEntry]) -> list[Que
                                        and not e.held]] if chosen) if first.written else ()
         count = max(1, -(-len(rows) // ROWS_PER_PAGE))
         held = sum(e.held for e in entries)
+        question, text = asked.get(name, (None, ""))
+        criteria = tuple((c.id, c.earns, c.points) for c in question.criteria) if question is not None else ()
         for number in range(1, count + 1):
             pages.append(QueuePage(name, first.title, first.written, number, count, len(entries), len(rows), held,
                                    tuple(rows[(number - 1) * ROWS_PER_PAGE:number * ROWS_PER_PAGE]),
-                                   accept if number == 1 else ()))
+                                   accept if number == 1 else (), text, criteria))
     return pages
 
 
@@ -663,13 +746,42 @@ def common_failures(results: list[GradeResult], limit: int = 12) -> list[Failure
     return [FailureCause(m, len(submissions[m]), [title for title, _ in items[m].most_common()]) for m in ranked]
 
 
-def summary_context(out_dir: Path, results: list[GradeResult]) -> dict[str, Any]:
-    """Everything summary.html shows, computed from the output folder."""
+def _code_lines(code: str) -> list[str]:
+    return [line.rstrip() for line in code.splitlines() if line.strip()]
+
+
+def not_attempted(folder: Path, result: GradeResult, template_code: str | None) -> bool:
+    """Whether the submission is the notebook as handed out: its scaffold code is the template's
+    (blank lines aside) and it gives no written answer (each blank or the template's). An item
+    a TA decided makes it attempted as far as the pages go."""
+    if template_code is None or any(i.override for i in result.items):
+        return False
+    if not all(i.output == NOT_SUBMITTED for i in result.items if WRITTEN_TAG in i.tags):
+        return False
+    try:
+        code = (folder / SCAFFOLD_SOURCE).read_text()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return _code_lines(code) == _code_lines(template_code)
+
+
+def summary_context(out_dir: Path, results: list[GradeResult], root: Path | None = None) -> dict[str, Any]:
+    """Everything summary.html shows, computed from the output folder. Submissions not attempted
+    (``not_attempted``) are named as such and left out of the pass rates and failure causes,
+    which would otherwise show their template's TODO errors as the class's failures."""
+    root = assignment_root(out_dir) if root is None else root
     ordered = sorted(results, key=lambda r: r.submission_id)
     queue = review_queue(out_dir, ordered)
     scores = [r.score for r in ordered]
+    try:
+        template_code = _template_scaffold(ordered[0].assignment, root) if ordered else None
+    except Exception:  # noqa: BLE001 - an assignment that cannot be read here only loses these comparisons
+        template_code = None
+    idle = {r.submission_id for r in ordered if SAFE_ID.fullmatch(r.submission_id)
+            and not_attempted(out_dir / r.submission_id, r, template_code)}
+    attempted = [r for r in ordered if r.submission_id not in idle]
     items: dict[str, list[ItemResult]] = {}
-    for result in ordered:
+    for result in attempted:
         for item in result.items:
             items.setdefault(item.name, []).append(item)
     pass_rates = [PassRate.of(name, group) for name, group in items.items()]
@@ -685,18 +797,20 @@ def summary_context(out_dir: Path, results: list[GradeResult]) -> dict[str, Any]
         "mean": statistics.fmean(scores) if scores else 0, "median": statistics.median(scores) if scores else 0,
         "histogram_svg": _histogram(scores, max((r.max_score for r in ordered), default=1)),
         "pass_rate_svg": _pass_rates(pass_rates), "pass_rates": pass_rates,
-        "failures": common_failures(ordered), "queue_pages": queue_pages(ordered, queue),
+        "failures": common_failures(attempted), "queue_pages": queue_pages(ordered, queue, root),
+        "not_attempted": sorted(idle), "waiting_entries": len(queue),
+        "waiting_submissions": len({e.submission_id for e in queue}),
         "usage": usage, "times": times, "mean_time": statistics.fmean(times) if times else 0,
         "changes": read_changes(out_dir),
-        "similar": similar_groups(out_dir, ordered, _template_scaffold(ordered[0].assignment) if ordered else None),
+        "similar": similar_groups(out_dir, ordered, template_code),
         "overridden": overridden, "overrides_file": OVERRIDES_FILE,
         "assignment": ordered[0].assignment if ordered else "",
     }
 
 
-def _template_scaffold(assignment: str) -> str | None:
+def _template_scaffold(assignment: str, root: Path = PROJECT_ROOT) -> str | None:
     """The scaffold code students start from, so that untouched notebooks do not pair up."""
-    template = _assignment(assignment)
+    template = _assignment(assignment, root)
     if template.check_files():
         return None
     return "\n".join(cells.source(c) for c in template.template.cells if cells.SCAFFOLD in cells.tags(c)) or None

@@ -38,6 +38,11 @@ def plain(text: str) -> str:
 # END plain
 
 
+def counted(n: int, noun: str) -> str:
+    """'1 submission', '2 submissions': a count with its noun (a regular plural)."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def say(text: str, stream: TextIO | None = None, end: str = "\n") -> None:
     """Print ``plain(text)`` to ``stream`` (standard output when None, looked up at the call):
     the command line's one way to the terminal. Where rich reads markup, ``escape`` it too."""
