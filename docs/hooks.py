@@ -483,7 +483,7 @@ OUTPUT_FILES = {
     "overrides.yaml": "yours: a TA's scores (the grader only reads it)",
     "overrides_applied.json": "the overrides applied, with the original scores and the notebook reviewed",
     "score_changes.json": "scores that a regrade changed: old and new per item, and why",
-    "release.json": "what students' pages show (`none`, `due`, `published`), kept until `--release` changes it",
+    "release.json": "what students' pages show (`none`, `due`, `published`), kept until `--release` changes it, and the assignment root of an assignment graded with `--assignment-root`",
     "llm_usage.json": "with `--llm`: tokens, confirmations and the estimated cost",
     "llm_batch.json": "with `--llm batch`: the Message Batch in flight, so a rerun collects it",
     ".llm-cache": "with `--llm`: the model's drafts and confirmations, so an unchanged answer costs nothing again",

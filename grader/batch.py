@@ -58,7 +58,7 @@ from grader.load import package_files
 from grader.pipeline import GRADER_ERROR_NOTE, GRADER_ERRORS, KeptRun, SubmissionGrader
 from grader.report.executed import page_artifact
 from grader.report.results import RESULTS_FILE, write_result
-from grader.report.terminal import RunProgress
+from grader.report.terminal import RunProgress, counted
 from grader.rubric import Rubric
 from grader.sandbox import Guard, Sandbox
 from grader.score import GradeResult, ItemResult, result_from_json, written_item
@@ -177,7 +177,7 @@ class BatchInterrupted(Exception):
 
     def __init__(self, signum: int, graded: int, total: int) -> None:
         self.signum, self.graded, self.total = signum, graded, total
-        super().__init__(f"stopped by {signal.Signals(signum).name}: graded {graded} of {total} submissions; "
+        super().__init__(f"stopped by {signal.Signals(signum).name}: graded {graded} of {counted(total, 'submission')}; "
                          f"run the same command again to grade the remaining {total - graded}")
 
     @property
@@ -249,9 +249,10 @@ def grade_batch(submissions: list[SubmissionPath], assignment: Assignment, sandb
         results, regrade, todo = _triage(submissions, grader, out_dir)
         reused = len(results)
         if reused:
-            progress.write(f"{reused} of {len(submissions)} submissions already graded (unchanged); skipping them\n")
+            progress.write(f"{reused} of {counted(len(submissions), 'submission')} already graded (unchanged); "
+                           "skipping them\n")
         if regrade:
-            progress.write(f"{len(regrade)} submissions regraded from their kept runs (the checks or the rubric "
+            progress.write(f"{counted(len(regrade), 'submission')} regraded from their kept runs (the checks or the rubric "
                            "changed, not what runs); nothing executed for them\n")
         try:
             with signal_handlers(SIGTERM=_raise_terminated), RunProgress(progress, "grading", len(submissions),

@@ -373,3 +373,11 @@ def test_grader_assign_writes_beside_the_master_before_any_checks_module_exists(
                              cwd=tmp_path, capture_output=True, text=True)
     assert refused.returncode == 2 and "`demo_checks` cannot be imported" in refused.stderr
     assert "drop `checks:`" in refused.stderr
+
+
+def test_a_result_holding_nan_is_described_as_such():
+    """A failed comparison describes each operand; one holding NaN or infinities says so, since
+    that, not its shape, is why no closeness check holds (issue 43)."""
+    assert inline._summary(np.array([np.nan, np.nan])) == "an array of shape (2,), dtype float64, holding 2 NaN of 2 values"
+    assert inline._summary(np.array([1.0, np.inf, np.nan])).endswith("holding 1 NaN and 1 infinite of 3 values")
+    assert inline._summary(np.array([1.0, 2.0])) == "an array of shape (2,), dtype float64"

@@ -177,8 +177,10 @@ def test_timeouts_and_refused_connections_leave_items_pending(api, assignment, t
     assert "did not answer in time" in item(slow, FIRST).output and item(slow, FIRST).status == "pending_review"
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")   # nothing listens there
     (refused,) = folder(tmp_path / "refused", rubric, {"a": {FIRST: "an answer"}})
-    grade_written(tmp_path / "refused", [refused], assignment, rubric, "live")
+    outcome = grade_written(tmp_path / "refused", [refused], assignment, rubric, "live")
     assert "could not be reached" in item(refused, FIRST).output
+    # the note counts what was sent and not answered, never "0 requests" (issue 43)
+    assert "0 requests answered and 1 not answered" in outcome.note, outcome.note
 
 
 def test_the_budget_stops_sending(api, assignment, tmp_path):

@@ -1097,7 +1097,11 @@ def _summary(value: Any) -> str:
     array = _as_float_array(value)
     if array is not None:
         kind = "a tensor" if not isinstance(value, np.ndarray) else "an array"
-        return f"{kind} of shape {tuple(array.shape)}, dtype {str(value.dtype).replace('torch.', '')}"
+        # NaN and infinities fail every closeness check: name them, or the failure reads like a shape problem
+        bad = [f"{count} {what}" for count, what in ((int(np.isnan(array).sum()), "NaN"),
+                                                     (int(np.isinf(array).sum()), "infinite")) if count]
+        return (f"{kind} of shape {tuple(array.shape)}, dtype {str(value.dtype).replace('torch.', '')}"
+                + (f", holding {' and '.join(bad)} of {array.size} values" if bad else ""))
     return _short(repr(value), 120)
 
 

@@ -286,7 +286,9 @@ def grade_written(out_dir: Path, results: list[GradeResult], assignment: Assignm
     u = outcome.usage
     outcome.note = (f"written answers: {outcome.graded} graded ({outcome.cached} from the cache), "
                     f"{outcome.pending} pending review; {outcome.confirmations_sent} evidence confirmations sent "
-                    f"({outcome.confirmations_cached} from the cache); {u.requests} requests, {u.input_tokens} input "
+                    f"({outcome.confirmations_cached} from the cache); {u.requests} requests answered"
+                    + (f" and {u.failed} not answered" if u.failed else "")
+                    + f", {u.input_tokens} input "
                     f"(+{u.cache_write_tokens} cache write, {u.cache_read_tokens} cache read) and "
                     f"{u.output_tokens} output tokens, about ${u.cost_usd:.4f} ({USAGE_FILE})")
     if guard:

@@ -37,7 +37,8 @@ class Reply:
 class Usage:
     """Tokens and estimated cost of one run (prices from the rubric)."""
 
-    requests: int = 0
+    requests: int = 0     # answered (the tokens and cost below are theirs)
+    failed: int = 0       # sent and not answered: refused, timed out, unreachable, a batch entry errored
     input_tokens: int = 0
     cache_write_tokens: int = 0
     cache_read_tokens: int = 0
@@ -137,6 +138,8 @@ def send_live(client: anthropic.Anthropic, jobs: list[Job], settings: LLMSetting
             except Exception as exc:  # noqa: BLE001 - every failure becomes a reason on the item
                 budget.settle(estimate, 0.0)
                 reply = Reply(None, _problem(exc))
+                with lock:
+                    usage.failed += 1
             else:
                 with lock:
                     cost = usage.add(message.usage, settings.prices, False)
@@ -199,6 +202,7 @@ def send_batch(client: anthropic.Anthropic, jobs: list[Job], settings: LLMSettin
                 usage.add(entry.result.message.usage, settings.prices, True)
                 replies[entry.custom_id] = Reply(_blocks(entry.result.message.content))
             else:
+                usage.failed += 1
                 replies[entry.custom_id] = Reply(None, f"the batch request {entry.result.type}")
     except Exception as exc:  # noqa: BLE001 - the batch id is kept: the next run resumes
         return {**replies, **{key: Reply(None, f"{_problem(exc)}; the batch is kept and the next run resumes it")
