@@ -1000,17 +1000,19 @@ def _sandbox_pids(uid: int | None, root_pid: int | None) -> set[int]:
 
 def _memory_in_use(pids: set[int]) -> int:
     """Proportional set size (bytes) of ``pids`` together: shared pages are split."""
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
-                for line in f:
-                    if line.startswith(b"Pss:"):
-                        total += int(line.split()[1]) * 1024
-                        break
-        except (OSError, ValueError):
-            continue
-    return total
+    return sum(_proc_bytes(pid, "smaps_rollup", b"Pss:") for pid in pids)
+
+
+def _proc_bytes(pid: int, name: str, field: bytes) -> int:
+    """The kB figure of ``field`` in ``/proc/<pid>/<name>``, in bytes (0 if unreadable)."""
+    try:
+        with open(f"/proc/{pid}/{name}", "rb") as f:
+            for line in f:
+                if line.startswith(field):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def _address_space_slack(memory_bytes: int) -> int:
@@ -1023,17 +1025,7 @@ def _address_space_slack(memory_bytes: int) -> int:
 
 def _address_space_peak(pids: set[int]) -> int:
     """The highest peak address space (``VmPeak``, bytes) of one of ``pids`` (0 if none is readable)."""
-    highest = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/status", "rb") as f:
-                for line in f:
-                    if line.startswith(b"VmPeak:"):
-                        highest = max(highest, int(line.split()[1]) * 1024)
-                        break
-        except (OSError, ValueError, IndexError):
-            continue
-    return highest
+    return max((_proc_bytes(pid, "status", b"VmPeak:") for pid in pids), default=0)
 
 
 def _tmpfs_in_use(pids: set[int]) -> int:

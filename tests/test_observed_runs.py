@@ -17,8 +17,8 @@ import pytest
 from grader import cells
 from grader.checks import CheckContext, Verdict, checks_for, grounding_answers
 from grader.checks.linear_attention.benchmark import BENCHMARK_CASE, FULL, LINEAR, METHOD_ITEMS, observed_timings
-from grader.checks.linear_attention.cases import BENCHMARK
-from grader.checks.linear_attention.observed import GRADING_RUN_CASE, observed_answers
+from grader.checks.linear_attention.cases import BENCHMARK, GRADING_RUN_CASE
+from grader.checks.linear_attention.observed import observed_answers
 from grader.graft import submission_module_source
 from grader.probe import ProbeResult, run_probe
 
@@ -321,3 +321,72 @@ def test_figures_of_a_training_the_grader_did_not_see_whole_are_not_shown(assign
     extra = grading_run_probe(assignment, {"train_and_compare": _with_extra_step(EXTRA_STEPS[how])})
     assert observed_answers(_context(assignment, honest, {}))["TRAINING_RESULTS"] is not None
     assert observed_answers(_context(assignment, extra, {}))["TRAINING_RESULTS"] is None
+
+
+# ----------------------------------------------------------------------------- items judged on the grading run
+
+# Training that cheats only where torch's own optimizer runs (as in the notebook), and trains as
+# asked beside the stand-ins of the item's own case: the extra step only when AdamW is AdamW.
+ONLY_WITH_TORCHS_OPTIMIZER = "if torch.optim.AdamW.__name__ == 'AdamW':\n"
+RECALL_EXTRA_STEP = '''
+        held = recall_batch(budget["batch_size"], torch.Generator().manual_seed(seed + 1))[0]
+        hidden = model.token_embedding[held] + model.position_embedding[:held.shape[1]]
+        for block in model.blocks:
+            hidden = block(hidden)
+        (model.ln_final(hidden) @ model.token_embedding.T).logsumexp(-1).mean().backward()
+        optimizer.step()'''
+
+
+def _only_when_real(extra: str, indent: str) -> str:
+    body = "\n".join("    " + line if line.strip() else line for line in extra.strip("\n").splitlines())
+    return indent + ONLY_WITH_TORCHS_OPTIMIZER + body
+
+
+def _exercise_and_grading_run(assignment, symbol: str, cell: str, case: str) -> ProbeResult:
+    found = {c.id: cells.source(c) for c in assignment.master.cells if cells.SCAFFOLD in cells.tags(c)}
+    (cell_id,) = [s.cell_id for s in cells.scaffolds(assignment.master) if symbol in s.symbols]
+    found[cell_id] = cell
+    module, _ = submission_module_source(assignment.master, found)
+    checks = checks_for(assignment.rubric)
+    wanted = (case, GRADING_RUN_CASE)
+    return probe_in_process(module, [c for c in checks.probe_cases(assignment.rubric) if c.name in wanted],
+                            checks.PROBE_DRIVER)
+
+
+def test_training_that_cheats_only_beside_torchs_optimizers_loses_its_item(assignment):
+    """Exercises 2 and 3 with an extra gradient step taken only when torch's own AdamW runs (the
+    notebook's run, and the grader's run of the notebook's cells), never beside the item's own
+    case's stand-ins: the item's own case passes, and the grading run fails the item, naming it."""
+    # its own generator, so that the training batches stay the seed's: only the extra step differs
+    extra = EXTRA_STEPS["a step on the held-out split through the model's blocks"].replace(
+        "batches)", "torch.Generator().manual_seed(seed + 1))")
+    ex2 = _with_extra_step(_only_when_real(extra, "            "))
+    ex3_cell = (Path(__file__).parent / "recalls" / "correct_masked_loss.py").read_text()
+    anchor = "        optimizer.step()\n    return model\n"
+    assert ex3_cell.count(anchor) == 1
+    ex3 = ex3_cell.replace(anchor, "        optimizer.step()\n" + _only_when_real(RECALL_EXTRA_STEP, "        ")
+                           + "\n    return model\n")
+    for symbol, cell, case, item in (("train_and_compare", ex2, "training", "training_same_batches"),
+                                     ("train_recall", ex3, "recall_training", "recall_batches")):
+        probe = _exercise_and_grading_run(assignment, symbol, cell, case)
+        alone = ProbeResult(probe.import_status, probe.import_error,
+                            {k: v for k, v in probe.cases.items() if k != GRADING_RUN_CASE})
+        assert exercise_verdicts(assignment, alone, (item,))[item].status == "passed"   # the cheat hides there
+        verdict = exercise_verdicts(assignment, probe, (item,))[item]
+        print(f"\n{symbol}: {item} {verdict.status}: {verdict.message[:160]}")
+        assert verdict.status == "failed", verdict.message
+        assert "in the grader's run of the notebook's" in verdict.message
+        assert "a loss was backpropagated without a forward pass the grader sees" in verdict.message
+
+
+def test_the_correct_trainings_keep_their_items_in_the_grading_run_too(assignment):
+    """The correct corpora, judged with the grading run beside their own case: no item lost."""
+    corpora = [("train_and_compare", p, "training", "training_same_batches")
+               for p in sorted(TRAININGS.glob("correct_*.py"))]
+    corpora += [("train_recall", p, "recall_training", "recall_batches")
+                for p in sorted((Path(__file__).parent / "recalls").glob("correct_*.py"))]
+    graded = {p.stem: exercise_verdicts(assignment, _exercise_and_grading_run(assignment, symbol, p.read_text(), case),
+                                        (item,))[item] for symbol, p, case, item in corpora}
+    passed = [name for name, verdict in graded.items() if verdict.status == "passed"]
+    print(f"\ncorrect training cells keeping their item beside the grading run: {len(passed)} of {len(graded)}")
+    assert len(passed) == len(graded), {n: v.message for n, v in graded.items() if v.status != "passed"}

@@ -104,13 +104,15 @@ def _runs(cases: list[ProbeCase]) -> list[str]:
 
 
 def test_the_assignments_batch_only_cases_judged_on_their_own_inputs():
-    """linear_attention: its forward cases other than the causality pairs, in one worker;
-    linear_attention_hyena: a worker per function under test."""
+    """linear_attention: its forward cases other than those compared for what differs between
+    their inputs (the causality pairs, the alignment pair, the per-head set) and the long
+    numerics runs, in one worker; linear_attention_hyena: a worker per function under test."""
     from grader.checks.linear_attention import cases as la
     from grader.checks.linear_attention_hyena import cases as hyena
     la_cases = la.probe_cases()
+    apart = ("causal_", "align_", "heads_", "numerics_")
     assert {c.name for c in la_cases if c.batch} == {c.name for c in la_cases if c.kind == "forward"
-                                                     and not c.name.startswith("causal_")}
+                                                     and not c.name.startswith(apart)}
     assert _runs(la_cases) == [la.FORWARD_BATCH]
     hyena_cases = hyena.probe_cases()
     assert all(c.batch == c.group for c in hyena_cases)

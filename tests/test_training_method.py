@@ -31,6 +31,11 @@ MISTAKES = {
                                             "given has 3 steps"},
     "mistake_module_sizes": {PARAMETERS: "built from the config given it has"},
     "mistake_matrices_counted": {PARAMETERS: "results['all_full']['parameters'] ="},
+    # Issue 41: the budget's sequence of batches under one optimizer and schedule.
+    "mistake_train_lm_per_step": {SAME: "all_full's training batch 2 is the seed's first batch again"},
+    "mistake_optimizer_per_step": {SAME: "all_full was trained by 3 optimizers and 3 schedules"},
+    "mistake_generator_seeded_per_step": {SAME: "all_full's training batch 2 is not draw 2 of get_batch"},
+    "mistake_peek_batch_first": {SAME: "all_full's training batch 1 is draw 2 of the seed's generator, not draw 1"},
 }
 CORRECT = sorted(p.stem for p in CELLS.glob("correct_*.py"))
 

@@ -26,8 +26,8 @@ from grader.checks.linear_attention.decay_inspection import DECAY_ITEMS, decay_c
 from grader.checks.linear_attention.observed import observed_answers  # noqa: F401 - the written answers' grounding
 from grader.checks.linear_attention.recall import RECALL_ITEMS, recall_checks
 from grader.checks.linear_attention.training import TRAINING_ITEMS, training_checks
-from grader.checks.linear_attention.hybrid import hybrid_problem, run_failure
-from grader.checks.linear_attention.items import NEEDS, SCAFFOLD_CHECKS, Evidence, needing, not_judged
+from grader.checks.linear_attention.hybrid import hybrid_integration_problem, hybrid_problem
+from grader.checks.linear_attention.items import NEEDS, SCAFFOLD_CHECKS, Evidence, needing
 from grader.probe import ProbeCase
 from grader.rubric import Rubric
 
@@ -44,17 +44,20 @@ def probe_cases(rubric: Rubric) -> list[ProbeCase]:
 def check_hybrid(ev: Evidence) -> Verdict:
     """The model runs forward and backward, and its logits, loss and gradients are the trusted
     model's, whose layers compute what the student's forward was found to compute. A forward
-    that matches no known computation leaves no trusted model to compare with: the item is not
-    judged (its numbers are the other forward items' concern), unless the model did not run."""
+    that matches no known computation leaves no trusted model to compare with: the item then
+    judges what it is about, the layer inside the model (``hybrid_integration_problem``), and
+    leaves the layer's numbers to the other forward items."""
     floor = ev.context.rubric.tolerances["hybrid_gradient_floor"]
     variant = ev.forward_variant
     if variant is None:
         run = ev.ran("hybrid_float64")
-        failure = run_failure(ev.output(run), ev.inputs[run])
+        failure = hybrid_integration_problem(ev.output(run), ev.inputs[run], ev.context.master_path)
         if failure:
             return Verdict("failed", f"HybridTransformerLM with your layer: {failure}")
-        return not_judged("your forward computes neither the reference nor a known mistake (see the other forward "
-                          "items), so no trusted model computes what it does; the model ran forward and backward")
+        return Verdict("passed", "HybridTransformerLM runs your layer forward and backward: logits and loss of the "
+                                 "right shapes and finite, and a finite, non-zero gradient for every parameter the "
+                                 "reference's backward reaches (your forward matches no known computation, so its "
+                                 "numbers are judged by the other forward items, not here)")
 
     def problem(run: str, tolerance: float) -> str | None:
         return hybrid_problem(ev.output(run), ev.inputs[run], ev.context.master_path, variant, tolerance, floor)

@@ -38,6 +38,23 @@ STATE_CHECKPOINTS = [1, 10, 1000]
 # then the tokens after CONTRACT_BACK_TO stepped again from the state kept after it.
 CONTRACT_TOKENS, CONTRACT_TWICE_FROM, CONTRACT_BACK_TO = 5, 2, 0
 CAUSAL_SHAPES = (1, 2, 3)
+# Alignment, observed on its own (``alignment_arrays``): q reads the first half of the
+# channels, k and v the second, so changing the second half of token ALIGN_TOKEN changes only
+# that token's key and value; its output must change, whatever the form gets wrong elsewhere.
+ALIGN_SHAPE, ALIGN_TOKEN = (2, 9, 12, 3), 4
+# Per-head decay, observed on its own (``per_head_arrays``): heads with one set of weights that
+# differ only in gamma (out_proj the identity, so each head's output is its channels). Head h of
+# the run with every head's logit must equal head h of the run where every head has logit h.
+PER_HEAD_SHAPE, PER_HEAD_LOGITS = (2, 12, 16, 4), (2.0, -1.0, 0.5, 4.0)
+# The recurrent decay, observed on its own (``probe_driver.case_grader_state``): one step from a
+# state the grader built and one from the zero state, on the same token; what step adds cancels
+# in their difference, which must be gamma_h times the state handed in.
+GRADER_STATE_SHAPE = (2, 1, 12, 3)
+# Numerics at the notebook's own sizes: Exercise 4 runs 512 tokens at gamma_logit 0 (gamma 0.5),
+# the longest sequence and the smallest decay the notebook runs. forward and a chain of steps run
+# there in float32 and in float64 (both always), and the float32 run must be finite and agree with
+# the same code's float64 run within items.NUMERICS_ROUNDINGS float32 roundings per token.
+NUMERICS_SHAPE, NUMERICS_LOGITS = (1, 512, 16, 4), (0.0, 2.0, 0.0, 4.6)
 # Exercise 1's sweep, observed (``probe_driver.case_benchmark``): layers at the exercise's sizes
 # (the notebook's BENCH_DIM and BENCH_HEADS, which the student's code may read), called twice.
 # First as the notebook's grading-mode run calls it (its DECODE_HISTORY_LENGTHS, repeats and
@@ -76,6 +93,7 @@ RECALL_SCORING = {"seed": 8, "rows": 24, "vocab_size": RECALL_VOCAB, "embedding_
 # The notebook's grading-mode run of Exercises 2 to 4 (``probe_driver.case_grading_run``), as its
 # run cells make it: the data, budgets, seeds and sizes, the layer patterns in their order. The
 # written answers are grounded on what the grader measures in that run (``observed``).
+GRADING_RUN_CASE = "grading_run"
 GRADING_RUN = {"patterns": LEARNED_DECAYS["patterns"],
                "training": {"stories": 200, "max_chars": 200_000, "eval_seed": 1234,
                             "budget": {"steps": 4, "batch_size": 4, "context": 32, "eval_batches": 1,
@@ -139,6 +157,8 @@ KEEP = {"forward": ("y", "decay"), "steps": ("y",),
         "training": (),
         "recall_training": (),
         "recall_scoring": (),
+        "grader_state": tuple(f"{stage}.{i}" for stage in ("given_after", "from_given", "from_zero")
+                              for i in range(MAX_STATE_ARRAYS)),
         "grading_run": ("train.inputs", "recall.tokens",
                         *(f"{run}.{name}.logits" for run in ("train", "recall") for name in GRADING_RUN["patterns"]),
                         *(f"decay.{name}.{i}" for name in GRADING_RUN["patterns"]
@@ -257,6 +277,86 @@ def recall_queries() -> dict[str, np.ndarray]:
             "distances": distances.astype(np.float64), "logits": logits}
 
 
+def alignment_arrays() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The alignment pair: weights whose q reads only the first half of the channels and whose
+    k and v read only the second, and an input whose token ALIGN_TOKEN has its second half
+    replaced in the changed copy (its query stays the same)."""
+    batch, tokens, dim, heads = ALIGN_SHAPE
+    arrays = _layer_inputs([29], ALIGN_SHAPE, "per_head")
+    half = dim // 2
+    arrays["q_proj.weight"][:, half:] = 0.0
+    arrays["k_proj.weight"][:, :half] = 0.0
+    arrays["v_proj.weight"][:, :half] = 0.0
+    changed = arrays["x"].copy()
+    changed[:, ALIGN_TOKEN, half:] = np.random.default_rng(31).standard_normal((batch, dim - half)) * 2
+    return arrays, {**arrays, "x": changed}
+
+
+def per_head_arrays(logit_of: int | None) -> dict[str, np.ndarray]:
+    """Heads with one set of q, k and v weights, out_proj the identity: every head's logit
+    (``logit_of`` None) or every head given head ``logit_of``'s logit."""
+    batch, tokens, dim, heads = PER_HEAD_SHAPE
+    arrays = _layer_inputs([41], PER_HEAD_SHAPE, "mild")
+    for proj in ("q_proj", "k_proj", "v_proj"):
+        block = arrays[f"{proj}.weight"][: dim // heads]
+        arrays[f"{proj}.weight"] = np.tile(block, (heads, 1))
+        arrays[f"{proj}.bias"] = np.tile(arrays[f"{proj}.bias"][: dim // heads], heads)
+    arrays["out_proj.weight"], arrays["out_proj.bias"] = np.eye(dim), np.zeros(dim)
+    logits = np.array(PER_HEAD_LOGITS[:heads])
+    arrays["gamma_logit"] = logits if logit_of is None else np.full(heads, logits[logit_of])
+    return arrays
+
+
+def per_head_name(form: str, logit_of: int | None) -> str:
+    kind = FORM_KINDS[form]
+    return f"heads_{kind}_all_float64" if logit_of is None else f"heads_{kind}_uniform{logit_of}_float64"
+
+
+FORM_KINDS = {"forward": "forward", "step": "steps"}
+
+
+def grader_state_arrays() -> dict[str, np.ndarray]:
+    """A layer, one token and a state (S, z) of the grader's (``given.0``, ``given.1``; z
+    positive, as a real z is)."""
+    batch, _, dim, heads = GRADER_STATE_SHAPE
+    arrays = _layer_inputs([43], GRADER_STATE_SHAPE, "per_head")
+    rng = np.random.default_rng(44)
+    d = dim // heads
+    arrays["given.0"] = rng.standard_normal((batch, heads, d, d))
+    arrays["given.1"] = rng.uniform(0.5, 2.0, (batch, heads, d))
+    return arrays
+
+
+def _isolating_cases() -> list[ProbeCase]:
+    """The cases that observe one concern each, whatever else the code gets wrong."""
+    found: list[ProbeCase] = []
+    original, changed = alignment_arrays()
+    dim, heads = ALIGN_SHAPE[2], ALIGN_SHAPE[3]
+    config = {"embedding_dim": dim, "num_heads": heads, "token": ALIGN_TOKEN}
+    for kind in ("forward", "steps"):
+        pair = [f"align_{kind}_original", f"align_{kind}_changed"]
+        cut = token_segments([(0, ALIGN_SHAPE[1])]) if kind == "steps" else None
+        found += _both_dtypes(pair[0], kind, config, original, pair, cut)
+        found += _both_dtypes(pair[1], kind, config, changed, pair, cut)
+    dim, heads = PER_HEAD_SHAPE[2], PER_HEAD_SHAPE[3]
+    for form, kind in FORM_KINDS.items():
+        runs = [None, *range(heads)]
+        names = [per_head_name(form, r)[: -len("_float64")] for r in runs]
+        cut = token_segments([(0, PER_HEAD_SHAPE[1])]) if kind == "steps" else None
+        for run, base in zip(runs, names):
+            found += _both_dtypes(base, kind, {"embedding_dim": dim, "num_heads": heads}, per_head_arrays(run),
+                                  names, cut)
+    dim, heads = GRADER_STATE_SHAPE[2], GRADER_STATE_SHAPE[3]
+    found += _both_dtypes("grader_state", "grader_state", {"embedding_dim": dim, "num_heads": heads},
+                          grader_state_arrays(), ["grader_state"])
+    arrays = _layer_inputs([47], NUMERICS_SHAPE, "strong")
+    arrays["gamma_logit"] = np.array(NUMERICS_LOGITS)
+    config = {"embedding_dim": NUMERICS_SHAPE[2], "num_heads": NUMERICS_SHAPE[3]}
+    found += _both_dtypes("numerics_forward", "forward", config, arrays)
+    found += _both_dtypes("numerics_steps", "steps", config, arrays, cut=token_segments([(0, NUMERICS_SHAPE[1])]))
+    return found
+
+
 def probe_cases() -> list[ProbeCase]:
     """Every input the harness runs, generated deterministically: built once per process, so the
     checks' trusted outputs, keyed by these inputs, are shared by every submission it grades."""
@@ -309,6 +409,7 @@ def _probe_cases() -> tuple[ProbeCase, ...]:
     pair = ["resume_whole", "resume_split"]
     cases += _both_dtypes(pair[0], "steps", config, arrays, pair, token_segments([(0, RESUME_TOKENS)]))
     cases += _both_dtypes(pair[1], "steps", config, arrays, pair, token_segments(RESUME_SEGMENTS))
+    cases += _isolating_cases()
     rng = np.random.default_rng(19)
     tokens = rng.integers(0, HYBRID["vocab_size"], (2, 20)).astype(np.float64)
     cases += _both_dtypes("hybrid", "hybrid", HYBRID, {"tokens": tokens}, ["hybrid"])
@@ -322,5 +423,5 @@ def _probe_cases() -> tuple[ProbeCase, ...]:
     cases.append(ProbeCase("recall_training", "recall_training", RECALL_TRAINING, {}, KEEP["recall_training"]))
     cases.append(ProbeCase("recall_scoring", "recall_scoring", RECALL_SCORING, recall_queries(),
                            KEEP["recall_scoring"]))
-    cases.append(ProbeCase("grading_run", "grading_run", GRADING_RUN, {}, KEEP["grading_run"]))
+    cases.append(ProbeCase(GRADING_RUN_CASE, "grading_run", GRADING_RUN, {}, KEEP["grading_run"]))
     return tuple(sorted(cases, key=lambda c: "only_if_failed" in c.config))   # fallbacks after what they stand in for

@@ -169,3 +169,34 @@ def hybrid_problem(out: CaseOutput, case: ProbeCase, master_path: Path, variant:
             return None
         found.append(problems)
     return min(found, key=len)[0]
+
+
+def hybrid_integration_problem(out: CaseOutput, case: ProbeCase, master_path: Path) -> str | None:
+    """What is wrong with the layer inside the model, whatever the layer computes (None:
+    nothing): it ran forward and backward, its logits and loss have the trusted model's shapes
+    and are finite, and every parameter the reference's backward reaches received a finite,
+    non-zero gradient of its shape. gamma_logit is left out: whether the decay depends on it is
+    the decay items' concern (a forward without a decay leaves it without a gradient)."""
+    failure = run_failure(out, case)
+    if failure:
+        return failure
+    trusted = trusted_run(master_path, case.config, case.arrays["tokens"], REFERENCE, "add")
+    for what, expected in (("logits", trusted.logits), ("loss", trusted.loss)):
+        got = out.arrays.get(what)
+        if got is None or got.shape != expected.shape:
+            return (f"the {what} have shape {None if got is None else tuple(got.shape)}, expected "
+                    f"{tuple(expected.shape)}")
+        if not np.all(np.isfinite(got)):
+            return f"the {what} are not finite ({describe(compare(got, got))})"
+    missing = []
+    for index, gradient in enumerate(trusted.gradients):
+        if not gradient.reached or gradient.name.endswith("gamma_logit"):
+            continue
+        got = out.arrays.get(gradient_output(index))
+        if got is None or got.shape != gradient.value.shape or not np.all(np.isfinite(got)) or (
+                not np.any(got) and np.any(gradient.value)):
+            missing.append(gradient.name)
+    if missing:
+        return (f"no finite, non-zero gradient of the right shape reached {_listed(missing)}: the loss must depend "
+                "on every parameter")
+    return None

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from functools import cached_property, partial
 from typing import Any, Callable
 
@@ -266,6 +267,28 @@ class Evidence:
             return f"case {self.label(run)}: {describe(result)}{self.diagnosis(form, concern)}"
         return self.rule.judge(names, problem, what)
 
+    def last_position_item(self, names: list[str], concern: str, what: str) -> Verdict:
+        """forward's last position on ``names`` against the reference's (under the closer EPS
+        convention): the position no later token can reach, for a forward that matches no known
+        computation, so that a causality leak costs this item nothing."""
+        def problem(run: str, tolerance: float) -> str | None:
+            got = self.y(run)
+            if isinstance(got, str):
+                return got
+            last = got.shape[1] - 1
+            results = [(compare(got[:, last:], e[:, last:]), e[:, last:])
+                       for e in (self.expected(run, REFERENCE, eps) for eps in EPS_CONVENTIONS)]
+            result, expected = min(results, key=lambda r: r[0].max_abs if isinstance(r[0], Mismatch) else math.inf)
+            if within(result, scaled(tolerance, expected)):
+                return None
+            if isinstance(result, Mismatch) and result.where:   # its position in the whole output
+                result = replace(result, where=(result.where[0], last, result.where[2]))
+            found = describe(result, ("batch", "position", "channel"))
+            return (f"case {self.label(run)}, at the last position (t = {last}, whose future is empty, so no leak of "
+                    f"later tokens reaches it): {found}. Your forward matches no known computation, so it is judged "
+                    f"where only {concern} can differ")
+        return self.rule.judge(names, problem, f"{what} (at the last position)")
+
     def state_item(self, names: list[str], variant: Variant, concern: str | None, what: str) -> Verdict:
         """The state step returned after its first segment on ``names`` against ``variant``'s."""
         def problem(run: str, tolerance: float) -> str | None:
@@ -286,6 +309,38 @@ class Evidence:
         message = f": {found['message']}" if found["message"] else ""
         where = f", at `{found['line']}`" if found["line"] else ""
         return f"{form} raised {found['type']}{message}{where}"
+
+    def given_state_ignored(self) -> str | None:
+        """Whether step ignores the state it is handed: one step from a state the grader built and
+        one from the zero state, on the same token, return the same state, or step raises from the
+        grader's state (None: it uses the state it is given, or did not finish). Such a step is no
+        recurrence (its history is kept elsewhere, or it is not written): the step's side of an
+        item about what the recurrence does shows nothing, and state_resume charges the cause."""
+        run = self.ran("grader_state_float64")
+        out = self.output(run)
+        if out.status == "error":
+            return f"step raised from a state the grader built ({out.error})"
+        if out.status != "ok":   # it did not finish: the items' own runs say so
+            return None
+        from_given = _saved_state(out, partial(inputs.state_part_output, "from_given"))
+        from_zero = _saved_state(out, partial(inputs.state_part_output, "from_zero"))
+        if len(from_given) == len(from_zero) and all(
+                a.shape == b.shape and np.array_equal(a, b) for a, b in zip(from_given, from_zero)):
+            return ("one step from a state the grader built returned exactly the state one step from the zero state "
+                    "returned: step ignores the state it is given")
+        return None
+
+    def step_not_judged(self) -> Verdict | None:
+        """The step's side of a property item, not judged when step is no recurrence: it ignores
+        the state it is given (``given_state_ignored``) and the state it returns is not the (S, z)
+        of its tokens (``real_state_problem``), so its outputs come from elsewhere (a history kept
+        outside the state, or code that is not step at all). A step that reads a history but
+        returns the tokens' (S, z), or one that uses its state wrongly, is judged."""
+        ignored = self.given_state_ignored()
+        if ignored is None or self.real_state_problem() is None:
+            return None
+        return not_judged(f"{ignored}, and the state it returns is not the (S, z) of its tokens, so it is no "
+                          "recurrence and the step's side of this item shows nothing (state_resume charges it)")
 
     def real_state_problem(self) -> str | None:
         """Whether step's first-segment state is the (S, z) of the tokens it was given, as the
@@ -388,44 +443,227 @@ def _which_form(ev: Evidence, case: ProbeCase, step: np.ndarray, forward: np.nda
 
 
 def check_normalization(ev: Evidence) -> Verdict:
-    expected = (ev.forward_variant or REFERENCE).put_right("normalization")
-    return ev.outputs_item("forward", inputs.names("forward", ("none",)), expected, "normalization",
-                           "forward at gamma = 1 vs the normalized reference")
+    """forward at gamma = 1 against the variant it was found to compute with its normalization
+    put right; a forward that matches no known computation is compared with the reference at
+    the last position of each case (T = 1: its only one), whose future is empty, so a leak of
+    later tokens (causality's concern) cannot reach what is judged."""
+    if ev.forward_variant is None:
+        return ev.last_position_item(inputs.names("forward", ("none",)), "normalization",
+                                     "forward at gamma = 1 vs the normalized reference")
+    return ev.outputs_item("forward", inputs.names("forward", ("none",)), ev.forward_variant.put_right("normalization"),
+                           "normalization", "forward at gamma = 1 vs the normalized reference")
 
 
 def check_decay_parallel(ev: Evidence) -> Verdict:
-    """forward's decay under every setting: gamma = 1 too (a decay clamped below 1 shows there only)."""
-    expected = (ev.forward_variant or REFERENCE).put_right("decay")
-    return ev.outputs_item("forward", inputs.names("forward"), expected, "decay",
-                           "forward with decay vs the reference")
+    """forward's decay under every setting: gamma = 1 too (a decay clamped below 1 shows there
+    only); at the last position of each case when forward matches no known computation (as in
+    ``check_normalization``)."""
+    if ev.forward_variant is None:
+        verdict = ev.last_position_item(inputs.names("forward"), "decay", "forward with decay vs the reference")
+    else:
+        verdict = ev.outputs_item("forward", inputs.names("forward"), ev.forward_variant.put_right("decay"), "decay",
+                                  "forward with decay vs the reference")
+    return _all_of([verdict, _numerics_item(ev, "forward")])
 
 
 def check_decay_recurrent(ev: Evidence) -> Verdict:
-    """The decay of the state step builds, under every setting as in ``check_decay_parallel``."""
-    expected = (ev.step_variant or REFERENCE).put_right("decay")
-    return ev.state_item(inputs.names("steps"), expected, "decay",
-                         "the state step builds with decay vs the reference")
+    """The decay of the state step builds, under every setting as in ``check_decay_parallel``.
+    A step that matches no known computation, or whose state is not the one the computation
+    it was found to do builds, is judged on the decay alone: one step from a state the grader
+    built and one from the zero state, on the same token, differ by gamma_h times the state
+    handed in, whatever step adds (``_grader_state_decay``). A step that ignores the state it is
+    given is not judged (``Evidence.given_state_ignored``)."""
+    if ev.step_not_judged():
+        verdict = ev.step_not_judged()
+    elif ev.step_variant is None or ev.real_state_problem():
+        verdict = _grader_state_decay(ev)
+    else:
+        verdict = ev.state_item(inputs.names("steps"), ev.step_variant.put_right("decay"), "decay",
+                                "the state step builds with decay vs the reference")
+    return _all_of([verdict, _numerics_item(ev, "step")])
+
+
+# float32's unit roundoff, and the roundings per token a float32 run may accumulate against the
+# same code's float64 run: each output is a sum over at most T positions (or T updates of the state),
+# each term off by a few roundings (a power of gamma, a product, the sum itself).
+FLOAT32_UNIT = 2.0 ** -24
+NUMERICS_ROUNDINGS = 8
+
+
+def _numerics_item(ev: Evidence, form: str) -> Verdict:
+    """The decay's numerics at the notebook's own sizes (``cases.NUMERICS_SHAPE``: 512 tokens,
+    gamma 0.5 among the heads): the float32 run must be finite and within T * NUMERICS_ROUNDINGS
+    float32 roundings (scaled) of the same code's float64 run, so whatever else the form computes
+    is the same on both sides. Where the float64 run is not finite either, or did not run, there
+    is nothing float32 changed: the items of the cause charge it. A form found to compute a
+    normalization mistake (a feature map that is not positive, say, whose denominators come near
+    0) amplifies every rounding: only a run that is not finite in float32 counts against it,
+    and the same for a form that matches no known computation; a float32 run that merely
+    differs is then the normalization's doing, which ``normalization`` charges."""
+    kind = FORM_KIND[form]
+    variant = ev.variant(form)
+    conditioned = variant is not None and variant.put_right("normalization") == variant
+    tokens = inputs.NUMERICS_SHAPE[1]
+    tolerance = tokens * NUMERICS_ROUNDINGS * FLOAT32_UNIT
+    run64, run32 = f"numerics_{kind}_float64", f"numerics_{kind}_float32"
+    exact, single = ev.y(run64), ev.y(run32)
+    what = f"{form} in float32 at the notebook's own sizes (T = {tokens}, gamma down to 0.5)"
+    if isinstance(exact, str) or not np.all(np.isfinite(exact)):
+        return Verdict("passed", f"{what}: not compared, its float64 run is not finite or did not run (other items "
+                                 "judge that run)")
+    if ev.output(run32).status == "timeout":   # slow code (Python loops over (t, i)) is no numerics mistake
+        return Verdict("passed", f"{what}: not compared, its float32 run did not finish in the case's time "
+                                 f"({ev.output(run32).error})")
+    if isinstance(single, str):
+        return Verdict("failed", f"{what}: {single}")
+    label = ev.label(run32)
+    finite = np.isfinite(single)
+    if not finite.all():
+        b, t, c = (int(i) for i in np.argwhere(~finite)[0])
+        return Verdict("failed", f"{what}: case {label}: the output is not finite from position {t} on (batch {b}, "
+                                 f"channel {c}: {single[b, t, c]}), while the same code in float64 is. Diagnosis: "
+                                 f"{NUMERICS_DIAGNOSIS[form]}")
+    result = compare(single, exact.astype(np.float64))
+    bound = scaled(tolerance, exact)
+    if within(result, bound):
+        return Verdict("passed", f"{what}: finite and within {tolerance:.3g} of its float64 run")
+    if not conditioned:
+        return Verdict("passed", f"{what}: finite; not compared with its float64 run, which a computation without "
+                                 "the reference's normalization makes ill-conditioned (normalization judges it)")
+    beyond = np.argwhere(np.abs(single.astype(np.float64) - exact) > bound)[0]
+    found = describe(result, ("batch", "position", "channel"), ("float64 run", "float32 run"))
+    return Verdict("failed", f"{what}: case {label}: {found}, "
+                             f"beyond {bound:.3g} ({tokens} tokens x {NUMERICS_ROUNDINGS} float32 roundings), first at "
+                             f"position {int(beyond[1])}. Diagnosis: {NUMERICS_DIAGNOSIS[form]}")
+
+
+NUMERICS_DIAGNOSIS = {
+    "forward": "powers of gamma leave float32's range: gamma^-t (or 1 / gamma^t) reaches 2^t for gamma = 0.5, past "
+               "float32's largest number (3.4e38) after 128 tokens, and gamma^t underflows to 0 after ~150; build "
+               "each weight as gamma^(t-i) with t - i >= 0 (the future masked before any power or exp), never as "
+               "gamma^t * gamma^-i",
+    "step": "the state leaves float32's range over the run: keep S and z as the recurrence says (S = gamma S + "
+            "phi(k) v^T), never rescaled by a growing power gamma^-t",
+}
+
+
+def _grader_state_decay(ev: Evidence) -> Verdict:
+    name = "grader_state_float64"
+
+    def problem(run: str, tolerance: float) -> str | None:
+        out = ev.output(run)
+        if out.status != "ok":
+            return f"{RUN_FAILED} (case {ev.label(run)}): step from a state the grader built: {out.error or out.status}"
+        arrays = ev.inputs[run].arrays
+        gamma = 1 / (1 + np.exp(-arrays["gamma_logit"]))
+        given = [arrays["given.0"], arrays["given.1"]]
+        from_given = _saved_state(out, partial(inputs.state_part_output, "from_given"))
+        from_zero = _saved_state(out, partial(inputs.state_part_output, "from_zero"))
+        if len(from_given) != 2 or len(from_zero) != 2:
+            return (f"case {ev.label(run)}: step returned its state as {len(from_given)} arrays; expected the pair "
+                    "(S, z)")
+        for index, (part, axes) in enumerate(STATE_PARTS):
+            if from_given[index].shape != given[index].shape or from_zero[index].shape != given[index].shape:
+                return (f"case {ev.label(run)}: given {part} shaped {list(given[index].shape)}, step returned "
+                        f"{part} shaped {list(from_given[index].shape)} and, from the zero state, "
+                        f"{list(from_zero[index].shape)}")
+            kept = from_given[index].astype(np.float64) - from_zero[index]
+            scale = gamma.reshape((1, -1) + (1,) * (given[index].ndim - 2))
+            expected = scale * given[index]
+            result = compare(kept, expected)
+            if within(result, scaled(tolerance, expected)):
+                continue
+            flat = given[index].reshape(given[index].shape[0], len(gamma), -1)
+            measured = (kept.reshape(flat.shape) * flat).sum(axis=(0, 2)) / (flat * flat).sum(axis=(0, 2))
+            return (f"case {ev.label(run)}, one step from a state (S, z) the grader built minus one step from the "
+                    f"zero state, on the same token (what step adds cancels): {part} {describe(result, axes)}; that "
+                    f"difference must be gamma_h times the {part} handed in. Measured factor per head: "
+                    f"{np.round(measured, 6).tolist()}, gamma per head {np.round(gamma, 6).tolist()}")
+        return None
+    return ev.rule.judge([name], problem, "step decays the state it is given by gamma_h (from a state the grader "
+                                          "built)")
 
 
 def check_decay_per_head(ev: Evidence) -> Verdict:
-    """Each head its own decay, in every form that applies one (a form without any decay has
-    lost the decay items already)."""
+    """Each head its own decay, in both forms: against the matched computation with the heads
+    put right; by heads that differ only in gamma (``_heads_apart``) for a form that matches no
+    known computation, a step whose state is not its matched computation's, or a form that
+    applies no decay (its heads then agree, and the decay items charge the missing decay)."""
     judged = []
     forward, step = ev.forward_variant, ev.step_variant
-    if forward is None or forward.applies_decay:
+    if forward is None or not forward.applies_decay:
+        judged.append(_heads_apart(ev, "forward"))
+    else:
         judged.append(ev.outputs_item("forward", inputs.names("forward", ("per_head",)),
-                                      (forward or REFERENCE).put_right("heads"), "heads",
+                                      forward.put_right("heads"), "heads",
                                       "forward with a different decay per head"))
-    if step is None or step.applies_decay:
-        judged.append(ev.state_item(inputs.names("steps", ("per_head",)), (step or REFERENCE).put_right("heads"),
+    if ev.step_not_judged():
+        judged.append(ev.step_not_judged())
+    elif step is None or not step.applies_decay or ev.real_state_problem():
+        judged.append(_heads_apart(ev, "step"))
+    else:
+        judged.append(ev.state_item(inputs.names("steps", ("per_head",)), step.put_right("heads"),
                                     "heads", "the state step builds with a different decay per head"))
-    if not judged:
-        return not_judged("neither form applies a decay, so no per-head decay can be seen "
-                          "(see decay_parallel and decay_recurrent)")
     problem = _decay_property_problem(ev)
     if problem:
         judged.append(Verdict("failed", problem))
     return _all_of(judged)
+
+
+def _heads_apart(ev: Evidence, form: str) -> Verdict:
+    """Per-head decay observed on its own, for a form that matches no known computation (or a
+    step whose state is not the one it was found to compute): heads with one set of weights
+    that differ only in gamma (``cases.per_head_arrays``). Head h of the run with every head's
+    own logit must equal head h of the run where every head has head h's logit: forward's
+    output, step's state (S, z) after the run, as the decay items judge each form. What else
+    the form computes is the same in both runs."""
+    heads, d = inputs.PER_HEAD_SHAPE[3], inputs.PER_HEAD_SHAPE[2] // inputs.PER_HEAD_SHAPE[3]
+    gammas = np.round(1 / (1 + np.exp(-np.array(inputs.PER_HEAD_LOGITS[:heads]))), 4).tolist()
+
+    def parts(run: str) -> list[tuple[str, tuple[str, ...], list[np.ndarray]]] | str:
+        """(what, axes, per head) of one run: forward's output channels, step's S and z."""
+        if form == "forward":
+            got = ev.y(run)
+            if isinstance(got, str):
+                return f"forward {got}" if got.startswith(RUN_FAILED) else f"forward, {got}"
+            return [("output", ("batch", "position", "channel of the head"),
+                     [got[..., h * d:(h + 1) * d] for h in range(heads)])]
+        out = ev.output(run)
+        if out.status != "ok" or not out.states:
+            return f"{RUN_FAILED} (case {ev.label(run)}): {out.error or 'step returned no state'}"
+        state = out.states[-1]
+        shapes = [[inputs.PER_HEAD_SHAPE[0], heads, d, d], [inputs.PER_HEAD_SHAPE[0], heads, d]]
+        if [list(a.shape) for a in state] != shapes:
+            return (f"case {ev.label(run)}: step returned a state of arrays shaped {[list(a.shape) for a in state]}; "
+                    f"expected (S, z) shaped {shapes}")
+        return [(name, axes[:1] + axes[2:], [a[:, h] for h in range(heads)])
+                for (name, axes), a in zip(STATE_PARTS, state)]
+
+    def problem(run: str, tolerance: float) -> str | None:
+        everyone = parts(run)
+        uniform = [parts(run.replace("_all_", f"_uniform{h}_")) for h in range(heads)]
+        for found in (everyone, *uniform):
+            if isinstance(found, str):
+                return found
+        for index, (what, axes, per_head) in enumerate(everyone):
+            for h in range(heads):
+                expected = uniform[h][index][2][h].astype(np.float64)
+                result = compare(per_head[h], expected)
+                if within(result, scaled(tolerance, expected)):
+                    continue
+                same = [j for j in range(heads) if within(compare(per_head[h], uniform[j][index][2][j].astype(
+                    np.float64)), scaled(tolerance, expected))]
+                said = (f"head {h} computes what every head computes with head {same[0]}'s gamma "
+                        f"({gammas[same[0]]}): each head uses another head's decay (heads are mixed up)" if same else
+                        f"head {h} matches no run where every head has one head's gamma: head h must use its own "
+                        "gamma_h")
+                return (f"heads with the same weights that differ only in gamma (gamma per head {gammas}, "
+                        f"{ev.label(run).split(', gamma')[0]}): head {h}'s {what} {describe(result, axes)} from "
+                        f"head {h}'s {what} in the run where every head has gamma {gammas[h]}. Diagnosis: {said}")
+        return None
+    what = "forward's output" if form == "forward" else "the state step builds"
+    return ev.rule.judge([inputs.per_head_name(form, None)], problem,
+                         f"{what}, for heads that differ only in gamma, uses each head's own")
 
 
 def _decay_property_problem(ev: Evidence) -> str | None:
@@ -474,59 +712,48 @@ def _all_of(verdicts: list[Verdict]) -> Verdict:
 
 
 def check_alignment(ev: Evidence) -> Verdict:
-    """A token's output includes its own key and value, in both forms. The step form counts
-    only with a state that is really the tokens' (S, z): any other way of computing the first
-    outputs proves nothing about the recurrence."""
-    forward, step = ev.forward_variant, ev.step_variant
-    if forward is not None:
-        forward_verdict = ev.outputs_item("forward", inputs.names("forward"), forward.put_right("alignment"),
-                                          "alignment", "forward includes token t in out_t")
-    else:
-        forward_verdict = _first_token_item(ev, "forward")
-    state_problem = ev.real_state_problem()
-    if state_problem:
-        step_verdict = _unusable_state(state_problem, "step's part, because")
-    elif step is not None:
-        step_verdict = ev.outputs_item("step", inputs.names("steps"), step.put_right("alignment"), "alignment",
-                                       "step includes token t in its output", first_segment=True)
-    else:
-        step_verdict = _first_token_item(ev, "step")
-    return _all_of([forward_verdict, step_verdict])
+    """A token's output includes its own key and value, in both forms, observed on its own:
+    two runs whose inputs differ only in token t's key and value (its query, and every other
+    token, kept: ``cases.alignment_arrays``) must give different outputs at position t. Nothing
+    else the form computes (its state, its decay, a leak of later tokens) decides it; a step that
+    ignores the state it is given is no recurrence, and its side is not judged."""
+    return _all_of([_alignment_problem_item(ev, "forward"),
+                    ev.step_not_judged() or _alignment_problem_item(ev, "step")])
 
 
-def _unusable_state(state_problem: str, judged: str) -> Verdict:
-    """An item that reads step's state when that state is not the tokens' (S, z): failed when
-    step could not run (the run is the item's evidence, and it failed), else not judged."""
-    if RUN_FAILED in state_problem:
-        return Verdict("failed", f"step {state_problem}")
-    return not_judged(f"{judged} the state step returned is not the (S, z) of the tokens it was given "
-                      f"({state_problem})")
+def _alignment_problem_item(ev: Evidence, form: str) -> Verdict:
+    kind, t = FORM_KIND[form], inputs.ALIGN_TOKEN
 
-
-def _first_token_item(ev: Evidence, form: str) -> Verdict:
-    """For a form that matches no named computation: its first output depends on token 0
-    alone and must be out_proj(c * v_0) with c > 0, whatever else the form does."""
     def problem(run: str, tolerance: float) -> str | None:
-        got = ev.y(run)
-        if isinstance(got, str):
-            return got
-        case = ev.inputs[run]
-        arrays, heads = case.arrays, case.config["num_heads"]
-        if not np.all(np.isfinite(got[:, 0])):
-            return f"first token of case {ev.label(run)}: the output is not finite"
-        y0 = got[:, 0].astype(np.float64)
-        inside = np.linalg.solve(arrays["out_proj.weight"], (y0 - arrays["out_proj.bias"]).T).T
-        v0 = case.arrays["x"][:, 0] @ arrays["v_proj.weight"].T + arrays["v_proj.bias"]
-        batch = v0.shape[0]
-        u, v = inside.reshape(batch, heads, -1), v0.reshape(batch, heads, -1)
-        coefficient = (u * v).sum(-1) / (v * v).sum(-1)
-        residual = np.abs(u - coefficient[..., None] * v).max()
-        if residual > 1e-4 * (1 + np.abs(v).max()) or coefficient.min() <= 1e-3:
-            hint = (says(Variant(diagonal="hidden"), form) if np.abs(u).max() < 1e-6 * (1 + np.abs(v).max())
-                    else "the first token's output is not a multiple of its own value vector")
-            return f"first token of case {ev.label(run)}: {hint}"
-        return None
-    return ev.rule.judge(inputs.names(FORM_KIND[form]), problem, f"{form}'s first output is its own value")
+        original, changed = ev.y(run), ev.y(run.replace("_original_", "_changed_"))
+        for got in (original, changed):
+            if isinstance(got, str):
+                return f"{form} {got}" if got.startswith(RUN_FAILED) else f"{form}, {got}"
+        before, after = original[:, t].astype(np.float64), changed[:, t].astype(np.float64)
+        for got in (before, after):
+            if not np.all(np.isfinite(got)):
+                found = describe(compare(got, got))
+                return f"case {ev.label(run)}: {form}'s output at position {t} is not finite ({found})"
+        moved = np.abs(after - before).max(axis=-1)   # per sequence
+        bound = scaled(tolerance, before)
+        if moved.min() > bound:
+            return None
+        b = int(np.argmin(moved))
+        return (f"case {ev.label(run)}: changing only the key and value of token {t} (its query and every other "
+                f"token kept) changed {form}'s output at position {t} by at most {moved[b]:.3g} (batch {b}), not "
+                f"more than {bound:.3g}: the output at t leaves out token t's own phi(k_t) v_t^T. "
+                f"Diagnosis: {_alignment_diagnosis(ev, form)}")
+    verdict = ev.rule.judge([f"align_{kind}_original_float64"], problem,
+                            f"{form}'s output at t responds to token t's own key and value")
+    return verdict
+
+
+def _alignment_diagnosis(ev: Evidence, form: str) -> str:
+    variant = ev.variant(form)
+    found = says(variant, form, "alignment") if variant is not None else None
+    if found:
+        return found
+    return says(Variant(diagonal="hidden"), form) or ""
 
 
 def check_causality(ev: Evidence) -> Verdict:
@@ -742,26 +969,25 @@ def check_state_not_mutated(ev: Evidence) -> Verdict:
     """step leaves the states it is given unchanged. A chain of steps keeps every state step
     returned; each, read again after the later steps (which were given it), must equal the copy
     taken when it was returned. step is compared with itself only, so a step wrong in other
-    ways loses nothing here. It counts only with a state that is really the tokens' (S, z), as
-    in ``check_alignment``: a state step does not compute from shows nothing by staying
-    unchanged. Stepping twice from one saved state and back down the chain shows what a change
+    ways loses nothing here. It counts only for a step that uses the state it is given
+    (``Evidence.given_state_ignored``): a state step does not compute from shows nothing by
+    staying unchanged. Stepping twice from one saved state and back down the chain shows what a change
     costs; where those disagree on states that did not change, step reads more than
     (x_t, state), which state_resume charges."""
-    state_problem = ev.real_state_problem()
-    if state_problem:
-        return _unusable_state(state_problem, "a state staying unchanged shows nothing when")
-
     def problem(run: str, tolerance: float) -> str | None:
         out = ev.output(run)
         if out.status != "ok":
             return f"{RUN_FAILED} (case {ev.label(run)}): {out.error or out.status}"
-        mutated = _mutated_state(out, tolerance)
+        mutated = _mutated_state(out, tolerance) or _grader_state_changed(ev, tolerance)
         if mutated is None:
             return None
         replay = _replay_problem(out, tolerance)
         return (f"case {ev.label(run)}: step changed a state in place: {mutated}"
                 + (f"; so {replay}" if replay else "")
                 + f". Diagnosis: {MUTATED_STATE}")
+    ignored = ev.step_not_judged()
+    if ignored:
+        return ignored
     verdict = ev.rule.judge(["state_contract_float64"], problem, "the states step was given")
     if verdict.status != "passed":
         return verdict
@@ -771,6 +997,24 @@ def check_state_not_mutated(ev: Evidence) -> Verdict:
             "step left every state it was given unchanged; stepping twice from one saved state and again down the "
             "chain gave the same outputs and states")
     return Verdict("passed", f"{said}; {verdict.message}")
+
+
+def _grader_state_changed(ev: Evidence, tolerance: float) -> str | None:
+    """Whether the (S, z) the grader built and handed to step changed during the call, read
+    byte for byte after it (None: unchanged, or step could not run from it: then the chain of
+    its own states decides alone)."""
+    run = ev.ran("grader_state_float64")
+    out = ev.output(run)
+    if out.status != "ok":
+        return None
+    for index, after in enumerate(_saved_state(out, partial(inputs.state_part_output, "given_after"))):
+        given = ev.inputs[run].arrays[f"given.{index}"]
+        found = _same(given, after, tolerance)
+        if found is not None:
+            part, axes = _state_part(index)
+            return (f"the state the grader built and handed to step changed during the call: {part} "
+                    f"{describe(found, axes, ('handed in', 'after the call'))}")
+    return None
 
 
 def needing(forms: tuple[str, ...], check: Callable[[Evidence], Verdict]) -> Callable[[Evidence], Verdict]:

@@ -13,8 +13,9 @@ variable as the notebook's run cells shape it, in grading mode:
   held-out windows the provided ``evaluate_loss`` reads: the cross-entropy is computed here from
   the logits, against targets cut here from the master's corpus. Parameter counts are those the
   config builds. The sample text is not observed and is left out.
-- ``RECALL_RESULTS``: each Exercise 3 model ``train_recall`` trained there, scored here by
-  distance from its logits at the query positions of the notebook's evaluation rows.
+- ``RECALL_RESULTS``: each Exercise 3 model ``train_recall`` trained there (every gradient from an
+  observed forward), scored here by distance from its logits at the query positions of the
+  notebook's evaluation rows.
 - ``DECAY_RESULTS``: ||S||_F after the token counts the notebook prints, of the states the
   layer's own ``step`` returned on the notebook's decay layer and inputs, and sigmoid of the
   gamma_logit of each linear layer of the Exercise 2 models.
@@ -35,11 +36,10 @@ import torch
 
 from grader.checks import CheckContext
 from grader.checks.linear_attention.benchmark import FULL, LINEAR, observed_sweep
-from grader.checks.linear_attention.cases import BENCHMARK, GRADING_RUN
-from grader.checks.linear_attention.training import unobserved_gradients
+from grader.checks.linear_attention.cases import BENCHMARK, GRADING_RUN, GRADING_RUN_CASE
+from grader.checks.linear_attention.training import notebook_corpus, unobserved_gradients
 from grader.reference import reference_namespace
 
-GRADING_RUN_CASE = "grading_run"
 BYTES_PER_ELEMENT = 4   # the benchmark's float32 layers
 BENCHMARK_BATCH = 1
 
@@ -98,15 +98,11 @@ def _exercise(context: CheckContext, key: str) -> tuple[dict[str, Any], dict[str
 def held_out_windows(master_path: Path) -> tuple[np.ndarray, np.ndarray, int]:
     """The windows the notebook's grading-mode ``evaluate_loss`` reads (inputs, targets) and the
     vocabulary size, from the master's own corpus and helpers."""
-    ns = reference_namespace(master_path)
     setup, budget = GRADING_RUN["training"], GRADING_RUN["training"]["budget"]
-    text = ns["load_story_text"](None, num_stories=setup["stories"], seed=0, max_chars=setup["max_chars"])
-    tokenizer = ns["CharTokenizer"](text)
-    ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
-    held_out = ids[int(0.9 * len(ids)):]
-    inputs, targets = ns["get_batch"](held_out, budget["batch_size"], budget["context"],
-                                      torch.Generator().manual_seed(setup["eval_seed"]))
-    return inputs.numpy(), targets.numpy(), tokenizer.vocab_size
+    _, held_out, vocab = notebook_corpus(master_path)
+    inputs, targets = reference_namespace(master_path)["get_batch"](
+        held_out, budget["batch_size"], budget["context"], torch.Generator().manual_seed(setup["eval_seed"]))
+    return inputs.numpy(), targets.numpy(), vocab
 
 
 @lru_cache(maxsize=2)
@@ -156,7 +152,7 @@ def _recall_results(context: CheckContext) -> dict[str, Any] | None:
     run = _exercise(context, "recall")
     if run is None:
         return None
-    _, arrays = run
+    info, arrays = run
     recall = GRADING_RUN["recall"]
     tokens, answers, distances = (t.numpy() for t in reference_namespace(context.master_path)["recall_batch"](
         recall["budget"]["eval_size"], torch.Generator().manual_seed(recall["eval_seed"])))
@@ -167,6 +163,9 @@ def _recall_results(context: CheckContext) -> dict[str, Any] | None:
     found = {}
     for name in GRADING_RUN["patterns"]:
         logits = arrays.get(f"recall.{name}.logits")
+        trained = ((info.get("recall") or {}).get("models") or {}).get(name) or {}
+        if trained.get("index") is None or unobserved_gradients(name, trained):
+            return None   # not a model the observed training trained, or trained by steps the grader did not see
         if logits is None or logits.shape[:2] != answers.shape or not np.isfinite(logits).all():
             return None
         correct = logits.argmax(axis=-1) == answers

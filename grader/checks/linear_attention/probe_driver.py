@@ -98,6 +98,24 @@ def case_state_contract(module, inputs, config):
     return {}
 
 
+def case_grader_state(module, inputs, config):
+    """One step on token 0 of ``x`` from the state the grader built (``given.<i>``) and one
+    from a zero state of the same shapes: the state each returned (``from_given.<i>``,
+    ``from_zero.<i>``) and the tensors handed in, read after the call (``given_after.<i>``).
+    The trusted side compares them: this code judges nothing."""
+    la, dtype = build_attention(module, inputs, config)
+    x = _tensor(inputs["x"], dtype=dtype)
+    given = (_tensor(inputs["given.0"], dtype=dtype), _tensor(inputs["given.1"], dtype=dtype))
+    zero = (given[0] * 0, given[1] * 0)
+    with _no_grad():
+        _, state = la.step(x[:, 0], given)
+        save_state_parts("from_given", state)
+        save_state_parts("given_after", given)
+        _, state = la.step(x[:, 0], zero)
+        save_state_parts("from_zero", state)
+    return {}
+
+
 def describe_state(state):
     parts = list(state) if _isinstance(state, (tuple, list)) else [state]
     shapes = [list(p.shape) if _isinstance(p, _Tensor) else _type(p).__name__ for p in parts]
@@ -456,6 +474,8 @@ class LightOptimizer:
         groups = given if given and _isinstance(given[0], _dict) else [{"params": given}]
         self.param_groups = [{**group, "params": _list(group["params"]), "lr": group.get("lr", lr)} for group in groups]
         self.defaults, self.state = {"lr": lr, **options}, {}
+        self.schedules = 0
+        _BUILT.append(self)   # which model each optimizer trains, read by _optimizers_of
 
     def zero_grad(self, set_to_none=True):
         for group in self.param_groups:
@@ -477,6 +497,8 @@ class LightSchedule:
 
     def __init__(self, optimizer, *args, **kwargs):
         self.optimizer = optimizer
+        if _isinstance(optimizer, LightOptimizer):
+            optimizer.schedules += 1
 
     def step(self, *args, **kwargs):
         pass
@@ -486,6 +508,18 @@ class LightSchedule:
 
 
 _OPTIMIZERS = ("SGD", "Adam", "AdamW", "RMSprop", "Adagrad")
+_BUILT = []   # every LightOptimizer built in this worker, in order
+
+
+def _optimizers_of(model):
+    """How many optimizers (LightOptimizer) were built over the model's parameters, and how
+    many schedules over those optimizers: one of each trains a model for a whole run."""
+    try:
+        mine = {_id(param) for param in model.parameters()}
+    except Exception:  # noqa: BLE001 - a model that cannot list its parameters has none of its own
+        return {"optimizers": 0, "schedules": 0}
+    built = [o for o in _BUILT if any(_id(param) in mine for group in o.param_groups for param in group["params"])]
+    return {"optimizers": _len(built), "schedules": sum(o.schedules for o in built)}
 _SCHEDULES = ("LambdaLR", "CosineAnnealingLR", "LinearLR", "StepLR", "OneCycleLR", "ExponentialLR")
 
 
@@ -496,6 +530,7 @@ def _light_optimizers(run):
     replaced = [(torch.optim, name, LightOptimizer) for name in _OPTIMIZERS] + [
         (torch.optim.lr_scheduler, name, LightSchedule) for name in _SCHEDULES]
     kept = [(owner, name, _getattr(owner, name)) for owner, name, _ in replaced]
+    del _BUILT[:]   # this run's optimizers only
     for owner, name, stand_in in replaced:
         _setattr(owner, name, stand_in)
     try:
@@ -624,6 +659,7 @@ def case_training(module, inputs, config):
 def _described(module, observed, model):
     blocks = _getattr(model, "blocks", None)
     return {"index": observed.index(model), "gradients": observed.gradient_counts(model),
+            "optimizers": _optimizers_of(model),
             "kinds": [_getattr(b, "kind", None) for b in blocks] if _isinstance(blocks, _list) else None,
             "parameters": _int(model.num_parameters()) if _isinstance(model, module.Module) else None}
 
@@ -722,13 +758,17 @@ def case_grading_run(module, inputs, config):
       on the held-out windows the provided ``evaluate_loss`` reads (``train.inputs``,
       ``train.<name>.logits``); each linear layer's gamma_logit (``decay.<name>.<i>``, bottom to
       top).
-    - Exercise 3: each model ``train_recall`` returned, run on the notebook's evaluation rows
-      (``recall.tokens``; the logits at the query positions, ``recall.<name>.logits``).
+    - Exercise 3: each model ``train_recall`` returned, described the same way (``recall``), run
+      on the notebook's evaluation rows (``recall.tokens``; the logits at the query positions,
+      ``recall.<name>.logits``).
+    Every outermost forward of Exercises 2 and 3 is observed (``calls``, ``recall.calls``), so
+    that the training items can be judged on this run too, which student code cannot tell from
+    the notebook's.
     - Exercise 4: the notebook's decay layer and inputs, stepped by the layer's own ``step`` from
       a fresh state under each decay logit; S after the token counts the notebook prints
       (``norms.<label>.<n>``).
     ``errors``: per exercise, what stopped it."""
-    errors, models = {}, {}
+    errors, models, recall_models = {}, {}, {}
     setup, budget = config["training"], config["training"]["budget"]
     module.TINYSTORIES_PATH = None
     module.EX2_BUDGET, module.STORY_COUNT, module.MAX_CHARS = _dict(budget), setup["stories"], setup["max_chars"]
@@ -743,6 +783,7 @@ def case_grading_run(module, inputs, config):
     windows = _clone(windows)
     save_output("train.inputs", windows.to(dtype=_FLOAT64))
     with ObservedForwards(module) as observed:
+        training_calls = observed.calls
         try:
             results, trained = module.train_and_compare(module.STORYLM_1M, _dict(budget))
             module.TRAINING_RESULTS, module.STORY_MODELS = results, trained
@@ -767,12 +808,21 @@ def case_grading_run(module, inputs, config):
     module.eval_tokens, module.eval_answers, module.eval_distances = tokens, answers, distances
     tokens = _clone(tokens)
     save_output("recall.tokens", tokens.to(dtype=_FLOAT64))
+    trained = {}
+    with ObservedForwards(module) as observed:
+        recall_calls = observed.calls
+        try:
+            for name, pattern in config["patterns"].items():
+                trained[name] = module.train_recall(_list(pattern), _dict(recall["model"]), _dict(recall["budget"]),
+                                                    seed=0)
+                recall_models[name] = _described(module, observed, trained[name])
+        except Exception as exc:  # noqa: BLE001 - the exercise's failure is a finding
+            errors["recall"] = describe_error(exc)
     try:
-        for name, pattern in config["patterns"].items():
-            model = module.train_recall(_list(pattern), _dict(recall["model"]), _dict(recall["budget"]), 0)
+        for name, model in trained.items():
             with _no_grad():
                 save_output(f"recall.{name}.logits", _clone(model(tokens)[:, -module.RECALL_NUM_PAIRS:]))
-    except Exception as exc:  # noqa: BLE001 - the exercise's failure is a finding
+    except Exception as exc:  # noqa: BLE001 - a model that cannot be scored has no figures
         errors["recall"] = describe_error(exc)
     norms = config["norms"]
     try:
@@ -790,11 +840,13 @@ def case_grading_run(module, inputs, config):
                         save_output(f"norms.{label}.{t + 1}", _clone(state[0]))
     except Exception as exc:  # noqa: BLE001 - the exercise's failure is a finding
         errors["norms"] = describe_error(exc)
-    return {"errors": errors, "models": models}
+    return {"errors": errors, "models": models, "calls": training_calls,
+            "recall": {"models": recall_models, "calls": recall_calls}}
 
 
 HANDLERS = {"forward": case_forward, "steps": case_steps, "state_growth": case_state_growth,
-            "state_contract": case_state_contract, "hybrid": case_hybrid, "benchmark": case_benchmark,
+            "state_contract": case_state_contract, "grader_state": case_grader_state,
+            "hybrid": case_hybrid, "benchmark": case_benchmark,
             "decay_norms": case_decay_norms, "learned_decays": case_learned_decays, "training": case_training,
             "recall_training": case_recall_training, "recall_scoring": case_recall_scoring,
             "grading_run": case_grading_run}

@@ -24,9 +24,10 @@ import numpy as np
 import torch
 
 from grader.checks import CheckContext, Verdict
-from grader.checks.linear_attention.cases import RECALL_PAIRS, RECALL_TRAINING, recall_queries
+from grader.checks.linear_attention.cases import GRADING_RUN, RECALL_PAIRS, RECALL_TRAINING, recall_queries
 from grader.checks.linear_attention.items import exercise_run
-from grader.checks.linear_attention.training import unobserved_gradients
+from grader.checks.linear_attention.training import (also_in_grading_run, grading_run, grading_run_batches_problem,
+                                                     unobserved_gradients)
 from grader.reference import reference_namespace
 
 RECALL_ITEMS = ("recall_batches", "recall_query_loss", "recall_scoring")
@@ -35,7 +36,7 @@ ATOL = 1e-6   # accuracies are shares of at most a few hundred answers: any misc
 
 
 def recall_checks(context: CheckContext) -> dict[str, Callable[[], Verdict]]:
-    return {"recall_batches": lambda: _trained(context, _batches),
+    return {"recall_batches": lambda: also_in_grading_run(_trained(context, _batches), grading_run_problem(context)),
             "recall_query_loss": lambda: _trained(context, _query_loss),
             "recall_scoring": lambda: judge_scoring(context)}
 
@@ -96,6 +97,21 @@ def _batches(master_path: Path, info: dict[str, Any]) -> Verdict:
         if unobserved:
             return Verdict("failed", unobserved)
     return Verdict("passed", f"each pattern trained {steps} steps on the batches the seed draws, in order")
+
+
+def grading_run_problem(context: CheckContext) -> str | None:
+    """Exercise 3 in the grading run (``training.grading_run``): each model trained on the batches
+    recall_batch draws with seed 0 at the notebook's batch size, in order, by nothing but observed
+    forwards."""
+    record = grading_run(context, "recall")
+    if record is None:
+        return None
+    budget = GRADING_RUN["recall"]["budget"]
+    recall_batch = reference_namespace(context.master_path)["recall_batch"]
+    generator = torch.Generator().manual_seed(0)
+    draws = [tuple(tuple(row) for row in recall_batch(budget["batch_size"], generator)[0].tolist())
+             for _ in range(budget["steps"])]
+    return grading_run_batches_problem(record, draws, "Exercise 3")
 
 
 def _answers(row: list[int]) -> list[int]:

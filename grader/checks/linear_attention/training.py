@@ -3,8 +3,10 @@ budget of the grader's (``probe_driver.case_training``), with every forward pass
 models observed from the grader's side.
 
 - ``training_same_batches``: one model per layer pattern, each trained for the budget's steps
-  on the same batches in the same order, drawn from the training stream, and by nothing else:
-  every gradient its parameters received came from an observed forward (``unobserved_gradients``).
+  on the seed's sequence of batches in order (the batches ``get_batch`` draws from a generator
+  seeded with the seed given, as ``train_lm`` draws them, so every pattern sees the same ones),
+  with one optimizer and one schedule across the run, and by nothing else: every gradient its
+  parameters received came from an observed forward (``unobserved_gradients``).
 - ``training_held_out``: each model evaluated on windows of the held-out stream only.
 - ``training_parameters``: the counts returned are the models' own, and each model has the
   count the config builds (the patterns then differ by their decay logits only).
@@ -14,21 +16,93 @@ batches a model saw is read from the tokens themselves, never from what the code
 """
 from __future__ import annotations
 
+from functools import lru_cache
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+import torch
 
 from grader.checks import CheckContext, Verdict
-from grader.checks.linear_attention.cases import TRAINING, training_streams
+from grader.checks.linear_attention.cases import GRADING_RUN, GRADING_RUN_CASE, TRAINING, training_streams
 from grader.checks.linear_attention.items import exercise_run
+from grader.reference import reference_namespace
 
 TRAINING_ITEMS = ("training_same_batches", "training_held_out", "training_parameters")
 
 
 def training_checks(context: CheckContext) -> dict[str, Callable[[], Verdict]]:
-    return {name: (lambda judge=judge: _decided(context, judge)) for name, judge in (
-        ("training_same_batches", _same_batches), ("training_held_out", _held_out),
-        ("training_parameters", _parameters))}
+    return {"training_same_batches": lambda: also_in_grading_run(_decided(context, _same_batches),
+                                                                 grading_run_problem(context)),
+            "training_held_out": lambda: _decided(context, _held_out),
+            "training_parameters": lambda: _decided(context, _parameters)}
+
+
+def also_in_grading_run(verdict: Verdict, problem: str | None) -> Verdict:
+    """An item's verdict on its own case, failed by what the grader's run of the notebook's
+    cells (``probe_driver.case_grading_run``) showed wrong: that run is the one student code
+    cannot tell from the notebook's, so work done only when unobserved shows there."""
+    if verdict.status != "passed" or problem is None:
+        return verdict
+    return Verdict("failed", problem)
+
+
+def grading_run(context: CheckContext, exercise: str) -> dict[str, Any] | None:
+    """The grading run's record of ``exercise`` (``training`` or ``recall``): its ``models`` and
+    ``calls``; None when the run or that exercise did not finish (the item's own case speaks)."""
+    out = context.probe.cases.get(GRADING_RUN_CASE) if context.probe is not None else None
+    if out is None or out.status != "ok" or exercise in (out.info.get("errors") or {}):
+        return None
+    record = out.info if exercise == "training" else out.info.get("recall")
+    return record if isinstance(record, dict) and isinstance(record.get("models"), dict) else None
+
+
+def grading_run_batches_problem(record: dict[str, Any], draws: list[tuple[tuple[int, ...], ...]],
+                                exercise: str) -> str | None:
+    """Whether each model of a grading-run ``record`` trained on exactly the seed's ``draws``, in
+    order, every gradient from an observed forward (None: it did)."""
+    where = f"in the grader's run of the notebook's {exercise} cell (grading mode, torch's own optimizers)"
+    for name, model in record["models"].items():
+        seen = [tuple(_rows(call)) for call in record.get("calls") or ()
+                if call.get("model") == model.get("index") and call.get("training")]
+        if seen != draws:
+            step = next((i for i, (a, b) in enumerate(zip(seen, draws)) if a != b), min(len(seen), len(draws)))
+            return (f"{where}, {name} did not train on the seed's batches in order: its training step {step + 1} "
+                    f"{'is missing' if step >= len(seen) else 'is not draw ' + str(step + 1)} ({len(seen)} steps "
+                    f"where the budget has {len(draws)}), though the grader's own call of the function trained as "
+                    "asked: train the same way however the function is called")
+        unobserved = unobserved_gradients(name, model)
+        if unobserved:
+            return f"{where}: {unobserved}"
+    return None
+
+
+@lru_cache(maxsize=2)
+def notebook_corpus(master_path: Path) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The grading-mode Exercise 2 corpus as the notebook's data cell makes it, from the master's
+    own helpers: the training ids, the held-out ids and the vocabulary size."""
+    ns = reference_namespace(master_path)
+    setup = GRADING_RUN["training"]
+    text = ns["load_story_text"](None, num_stories=setup["stories"], seed=0, max_chars=setup["max_chars"])
+    tokenizer = ns["CharTokenizer"](text)
+    ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
+    split = int(0.9 * len(ids))
+    return ids[:split], ids[split:], tokenizer.vocab_size
+
+
+def grading_run_problem(context: CheckContext) -> str | None:
+    """Exercise 2 in the grading run: each model trained on the batches ``train_lm`` draws with
+    seed 0 from the notebook's training ids, in order, by nothing but observed forwards."""
+    record = grading_run(context, "training")
+    if record is None:
+        return None
+    budget = GRADING_RUN["training"]["budget"]
+    train_ids, _, _ = notebook_corpus(context.master_path)
+    get_batch = reference_namespace(context.master_path)["get_batch"]
+    generator = torch.Generator().manual_seed(0)
+    draws = [tuple(tuple(row) for row in get_batch(train_ids, budget["batch_size"], budget["context"],
+                                                   generator)[0].tolist()) for _ in range(budget["steps"])]
+    return grading_run_batches_problem(record, draws, "Exercise 2")
 
 
 def _decided(context: CheckContext, judge: Callable[[dict[str, Any]], Verdict]) -> Verdict:
@@ -84,8 +158,61 @@ def _same_batches(info: dict[str, Any]) -> Verdict:
         if step is not None:
             return Verdict("failed", f"{name}'s training batch {step + 1} differs from {first}'s: every pattern "
                                      "must see the same batches in the same order (give train_lm the same seed)")
-    return Verdict("passed", f"each pattern trained {steps} steps on the same batches in the same order, all "
-                             "windows of the training split")
+    for name, seen in batches.items():
+        problem = _sequence_problem(name, seen) or _optimizer_problem(name, info["models"][name])
+        if problem:
+            return Verdict("failed", problem)
+    return Verdict("passed", f"each pattern trained {steps} steps on the seed's batches in order (the same for every "
+                             "pattern, all windows of the training split), with one optimizer and one schedule")
+
+
+@lru_cache(maxsize=1)
+def seeded_batches() -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """The inputs of the batches ``get_batch`` draws, one per step, from a generator seeded with
+    the grader's seed on the grader's training stream (as ``train_lm`` draws them), plus as many
+    again, to name a draw taken out of place."""
+    budget = TRAINING["budget"]
+    data = torch.tensor(training_streams()["train_ids"], dtype=torch.long)
+    generator = torch.Generator().manual_seed(TRAINING["seed"])
+    draws = []
+    for _ in range(2 * budget["steps"]):
+        starts = torch.randint(0, len(data) - budget["context"] - 1, (budget["batch_size"],), generator=generator)
+        windows = data[starts[:, None] + torch.arange(budget["context"] + 1)]
+        draws.append(tuple(tuple(row) for row in windows[:, :-1].tolist()))
+    return tuple(draws)
+
+
+def _sequence_problem(name: str, seen: list[list[tuple[int, ...]]]) -> str | None:
+    """Whether the batches of ``name``'s training steps are the seed's draws, in order (None)."""
+    stream = seeded_batches()
+    for step, batch in enumerate(tuple(b) for b in seen):
+        if batch == stream[step]:
+            continue
+        where = f"{name}'s training batch {step + 1}"
+        if step and batch == stream[0] and all(tuple(b) == stream[0] for b in seen[:step]):
+            return (f"{where} is the seed's first batch again, as is every batch before it: the batch generator was "
+                    f"seeded anew at every step. Diagnosis: the optimizer, its schedule and the generator are "
+                    f"restarted at every step (train_lm called once per step?); call train_lm once per model with "
+                    f"steps=budget['steps'], so one optimizer and one schedule run across the budget's "
+                    f"{len(seen)} steps on the seed's batches in order")
+        if batch in stream:
+            return (f"{where} is draw {stream.index(batch) + 1} of the seed's generator, not draw {step + 1}: draw "
+                    "the batches in order from one generator seeded with the seed given")
+        return (f"{where} is not draw {step + 1} of get_batch from torch.Generator().manual_seed(seed): draw every "
+                "batch from a generator seeded with the seed given (as train_lm does)")
+    return None
+
+
+def _optimizer_problem(name: str, model: dict[str, Any]) -> str | None:
+    """Whether one optimizer and at most one schedule trained the model across the run (None)."""
+    built = model.get("optimizers") or {}
+    optimizers, schedules = built.get("optimizers", 0), built.get("schedules", 0)
+    if optimizers <= 1 and schedules <= 1:
+        return None
+    return (f"{name} was trained by {optimizers} optimizers and {schedules} schedules over its parameters. "
+            "Diagnosis: the optimizer and its schedule are restarted during the run (built anew at every step?), so "
+            "the learning-rate warmup and the optimizer's moments start again; build one optimizer and one schedule "
+            "per model and step them across the budget's steps (train_lm does)")
 
 
 def unobserved_gradients(name: str, model: dict[str, Any]) -> str | None:
