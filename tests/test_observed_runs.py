@@ -17,7 +17,7 @@ import pytest
 from grader import cells
 from grader.checks import CheckContext, Verdict, checks_for, grounding_answers
 from grader.checks.linear_attention.benchmark import BENCHMARK_CASE, FULL, LINEAR, METHOD_ITEMS, observed_timings
-from grader.checks.linear_attention.cases import BENCHMARK, GRADING_RUN_CASE
+from grader.checks.linear_attention.cases import BENCHMARK, GRADING_RUN, GRADING_RUN_CASE
 from grader.checks.linear_attention.observed import observed_answers
 from grader.graft import submission_module_source
 from grader.probe import ProbeResult, run_probe
@@ -390,3 +390,22 @@ def test_the_correct_trainings_keep_their_items_in_the_grading_run_too(assignmen
     passed = [name for name, verdict in graded.items() if verdict.status == "passed"]
     print(f"\ncorrect training cells keeping their item beside the grading run: {len(passed)} of {len(graded)}")
     assert len(passed) == len(graded), {n: v.message for n, v in graded.items() if v.status != "passed"}
+
+
+def test_the_grading_run_trains_in_the_real_sandbox(sandbox, tmp_path, assignment):
+    """In the real probe (read-only, its audit hook on), the grading run trains Exercises 2 and 3
+    as the notebook does and every figure is observed: torch's own optimizers cannot be built
+    there, so the driver runs AdamW's and LambdaLR's arithmetic under their names."""
+    found = {c.id: cells.source(c) for c in assignment.master.cells if cells.SCAFFOLD in cells.tags(c)}
+    module, _ = submission_module_source(assignment.master, found)
+    checks = checks_for(assignment.rubric)
+    cases = [c for c in checks.probe_cases(assignment.rubric) if c.name == GRADING_RUN_CASE]
+    probe = run_probe(module, cases, sandbox, tmp_path, assignment.rubric.limits.probe_case_timeout_s,
+                      checks.PROBE_DRIVER)
+    out = probe.cases[GRADING_RUN_CASE]
+    assert out.status == "ok" and not out.info["errors"], (out.error, out.info.get("errors"))
+    observed = observed_answers(_context(assignment, probe, {}))
+    for name in ("TRAINING_RESULTS", "RECALL_RESULTS"):
+        assert observed[name] is not None and set(observed[name]) == set(GRADING_RUN["patterns"]), name
+    assert observed["DECAY_RESULTS"]["learned_decays"] is not None
+    assert all(2.0 < entry["val_loss"] < 6.0 for entry in observed["TRAINING_RESULTS"].values())

@@ -523,6 +523,86 @@ def _optimizers_of(model):
 _SCHEDULES = ("LambdaLR", "CosineAnnealingLR", "LinearLR", "StepLR", "OneCycleLR", "ExponentialLR")
 
 
+class NotebookAdamW:
+    """torch.optim.AdamW's arithmetic (its single-tensor update, with its defaults), for the
+    grading run, which trains as the notebook does: torch's own cannot be built in the probe's
+    sandbox (see ``LightOptimizer``). Named as torch names it."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, **options):
+        given = _list(params)
+        groups = given if given and _isinstance(given[0], _dict) else [{"params": given}]
+        self.defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay, **options}
+        self.param_groups = [{**self.defaults, **group, "params": _list(group["params"])} for group in groups]
+        self.state = {}
+
+    def zero_grad(self, set_to_none=True):
+        for group in self.param_groups:
+            for param in group["params"]:
+                param.grad = None
+
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        with _no_grad():
+            for group in self.param_groups:
+                beta1, beta2 = group["betas"]
+                for param in group["params"]:
+                    if param.grad is None:
+                        continue
+                    state = self.state.setdefault(param, {"step": 0, "exp_avg": torch.zeros_like(param),
+                                                          "exp_avg_sq": torch.zeros_like(param)})
+                    state["step"] += 1
+                    param.mul_(1 - group["lr"] * group["weight_decay"])
+                    state["exp_avg"].lerp_(param.grad, 1 - beta1)
+                    state["exp_avg_sq"].mul_(beta2).addcmul_(param.grad, param.grad, value=1 - beta2)
+                    correction1, correction2 = 1 - beta1 ** state["step"], 1 - beta2 ** state["step"]
+                    denominator = (state["exp_avg_sq"].sqrt() / correction2 ** 0.5).add_(group["eps"])
+                    param.addcdiv_(state["exp_avg"], denominator, value=-group["lr"] / correction1)
+        return loss
+
+
+class NotebookLambdaLR:
+    """torch.optim.lr_scheduler.LambdaLR beside ``NotebookAdamW``: each group's lr is its
+    initial lr times its lambda at the step count (0 when built)."""
+
+    def __init__(self, optimizer, lr_lambda, last_epoch=-1):
+        self.optimizer = optimizer
+        groups = optimizer.param_groups
+        self.lr_lambdas = _list(lr_lambda) if _isinstance(lr_lambda, (_list, tuple)) else [lr_lambda] * _len(groups)
+        for group in groups:
+            group.setdefault("initial_lr", group["lr"])
+        self.base_lrs = [group["initial_lr"] for group in groups]
+        self.last_epoch = last_epoch
+        self.step()
+
+    def step(self, *args, **kwargs):
+        self.last_epoch += 1
+        for group, base, factor in zip(self.optimizer.param_groups, self.base_lrs, self.lr_lambdas):
+            group["lr"] = base * factor(self.last_epoch)
+
+    def get_last_lr(self):
+        return [group["lr"] for group in self.optimizer.param_groups]
+
+
+for _stand_in, _named, _module in ((NotebookAdamW, "AdamW", "torch.optim.adamw"),
+                                   (NotebookLambdaLR, "LambdaLR", "torch.optim.lr_scheduler")):
+    _stand_in.__name__ = _stand_in.__qualname__ = _named
+    _stand_in.__module__ = _module
+
+
+def _notebook_optimizers(run):
+    """``run()`` with torch's AdamW and LambdaLR (the notebook's) replaced by their arithmetic
+    (``NotebookAdamW``, ``NotebookLambdaLR``), restored afterwards."""
+    replaced = [(torch.optim, "AdamW", NotebookAdamW), (torch.optim.lr_scheduler, "LambdaLR", NotebookLambdaLR)]
+    kept = [(owner, name, _getattr(owner, name)) for owner, name, _ in replaced]
+    for owner, name, stand_in in replaced:
+        _setattr(owner, name, stand_in)
+    try:
+        return run()
+    finally:
+        for owner, name, original in kept:
+            _setattr(owner, name, original)
+
+
 def _light_optimizers(run):
     """``run()`` with torch's optimizers and schedules replaced by the light stand-ins, restored
     afterwards: a worker ends with its case, but a process that runs cases in turn (the tests')
@@ -748,8 +828,14 @@ def case_recall_scoring(module, inputs, config):
 
 
 def case_grading_run(module, inputs, config):
+    """Exercises 2 to 4 as the notebook's run cells run them (``_grading_run``), with torch's
+    AdamW and LambdaLR as their arithmetic (``_notebook_optimizers``)."""
+    return _notebook_optimizers(lambda: _grading_run(module, config))
+
+
+def _grading_run(module, config):
     """Exercises 2 to 4 as the notebook's run cells run them in grading mode (their data, budgets,
-    seeds and module globals, torch's own optimizers), so that the figures the written answers
+    seeds and module globals, AdamW and its schedule), so that the figures the written answers
     are grounded on come from a run the grader observed: after each exercise function returns,
     this driver measures what it made, and the trusted side computes the figures.
 

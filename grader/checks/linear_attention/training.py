@@ -61,7 +61,7 @@ def grading_run_batches_problem(record: dict[str, Any], draws: list[tuple[tuple[
                                 exercise: str) -> str | None:
     """Whether each model of a grading-run ``record`` trained on exactly the seed's ``draws``, in
     order, every gradient from an observed forward (None: it did)."""
-    where = f"in the grader's run of the notebook's {exercise} cell (grading mode, torch's own optimizers)"
+    where = f"in the grader's run of the notebook's {exercise} cell (grading mode, AdamW as the notebook builds it)"
     for name, model in record["models"].items():
         seen = [tuple(_rows(call)) for call in record.get("calls") or ()
                 if call.get("model") == model.get("index") and call.get("training")]
