@@ -28,6 +28,7 @@ import nbformat
 
 from grader import cells
 from grader.assignment import Assignment
+from grader.checks.inline import doctest_examples
 from grader.execute import GRADING_ENV
 from grader.report import terminal
 
@@ -165,8 +166,10 @@ def check_spec(assignment: Assignment, student: nbformat.NotebookNode) -> dict[s
         "scaffolds": [{"cell_id": s.cell_id, "symbols": list(s.symbols)} for s in cells.scaffolds(student)],
         "provided": provided,
         "cell_order": [c.id for c in student.cells],
-        # the visible test cells: grading's run leaves them out (the probe decides them), so does --run
-        "test_cells": [c.id for c in student.cells if cells.TEST in cells.tags(c)],
+        # the visible test cells: grading's run leaves them out (the probe decides each as an item),
+        # so does --run, which then runs them, as shipped, against the notebook's code
+        "test_cells": [{"id": t.cell_id, "name": t.name, "source": t.source, "doctest": doctest_examples(t.source)}
+                       for t in cells.test_cells(student)],
         "questions": questions,
         "public_tests": _public_tests(assignment.template_path.parent / PUBLIC_TESTS, student),
         "run": {"cell_timeout_s": limits.cell_timeout_s, "notebook_timeout_s": limits.notebook_timeout_s,

@@ -450,6 +450,55 @@ def test_run_leaves_out_the_test_cells_as_grading_does(tmp_path, capsys):
     assert (f"({len(tests)} test cell{'s' if len(tests) != 1 else ''} left out, as the grader's run leaves them out"
             in capsys.readouterr().out)
 
+VISIBLE_TESTS = (  # visible test cells added to a new assignment: an author's message, a doctest
+    ("mean_square_message", 'assert mean_square(np.full(3, 2.0)) == 4.0, "the mean of squares of twos is 4"\n'),
+    ("mean_square_doctest", '">>> mean_square(np.array([2.0]))\\n4.0\\n"\n'),
+)
+
+
+def test_visible_test_cells_are_run_by_the_check_with_their_authors_messages(tmp_path):
+    """Without --run, a new assignment's check cannot run its visible test cells (they call the
+    student's code), so it never says READY; with --run it runs each after the notebook, as
+    shipped, and a failure names the line and carries the author's message (or doctest's
+    report); a correct notebook passes them all and is READY."""
+    from grader.assign import new_assignment, write_student_files
+    new_assignment("fresh", tmp_path)
+    master_path = tmp_path / "solutions" / "fresh" / "fresh.ipynb"
+    master = nbformat.read(str(master_path), 4)
+    for name, source in VISIBLE_TESTS:
+        master.cells.append(nbformat.v4.new_code_cell(source, id=name.replace("_", "-"), metadata={
+            "tags": [cells.TEST], "g2c": {"test": {"name": name, "points": 1, "visibility": "visible",
+                                                  "tags": ["values"]}}}))
+    nbformat.write(master, str(master_path))
+    student_path = tmp_path / "assignments" / "fresh" / "fresh.ipynb"
+    write_student_files(master_path, student_path)
+    student = nbformat.read(str(student_path), 4)
+    scaffold = next(c for c in student.cells if c.get("id") == "mean-square")
+    scaffold.source = "def mean_square(x):\n    return float(np.mean(x))\n"   # the mean, not of the squares
+    nbformat.write(student, str(tmp_path / "wrong.ipynb"))
+    scaffold.source = "def mean_square(x):\n    return float((x * x).sum() / x.size)\n"
+    nbformat.write(student, str(tmp_path / "right.ipynb"))
+
+    def check(notebook: str, *flags: str) -> tuple[int, str]:
+        done = subprocess.run([sys.executable, str(student_path.parent / "check.py"), str(tmp_path / notebook),
+                               *flags], capture_output=True, text=True, timeout=300)
+        return done.returncode, done.stdout
+
+    status, out = check("wrong.ipynb")
+    assert status == 1 and "NOT CHECKED: the 3 visible tests call your code" in out, out
+    assert "READY" not in out.replace("NOT READY", "")
+    status, out = check("wrong.ipynb", "--run")
+    assert status == 1 and "NOT READY: 3 of 3 visible tests fail" in out, out
+    assert "line 1, `assert mean_square(np.array([3.0, 4.0])) == 12.5`: AssertionError" in out
+    assert ("line 1, `assert mean_square(np.full(3, 2.0)) == 4.0, \"the mean of squares of twos is 4\"`: "
+            "AssertionError: the mean of squares of twos is 4") in out
+    assert "FAILED mean_square_doctest\n      AssertionError: Line 1, in mean_square_doctest Failed example: " \
+           "mean_square(np.array([2.0])) Expected: 4.0 Got: 2.0" in out, out
+    assert "RAISES" not in out, "a failing test is the test's, never a cell of the notebook"
+    status, out = check("right.ipynb", "--run")
+    assert status == 0 and "all 3 visible tests pass" in out and "3 passed, 0 failed" in out, out
+
+
 
 # --- end to end: check.py and `grader check` as subprocesses -----------------------------------
 

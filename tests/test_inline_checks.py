@@ -349,7 +349,12 @@ def test_grader_new_then_validate_then_grade(tmp_path):
     assert (tmp_path / "out" / "summary.html").is_file()
     checked = subprocess.run([*GRADER, "check", str(submissions / "ada.ipynb"), "--assignment-root", str(root)],
                              cwd=tmp_path, capture_output=True, text=True)
-    assert checked.returncode == 0 and "READY" in checked.stdout, checked.stdout + checked.stderr
+    assert checked.returncode == 1 and "NOT CHECKED: the visible test calls your code" in checked.stdout, (
+        checked.stdout + checked.stderr)
+    checked = subprocess.run([*GRADER, "check", str(submissions / "ada.ipynb"), "--assignment-root", str(root),
+                              "--run"], cwd=tmp_path, capture_output=True, text=True)
+    assert checked.returncode == 0 and "READY: " in checked.stdout and "the visible test passes" in checked.stdout, (
+        checked.stdout + checked.stderr)
     bundle = subprocess.run([*GRADER, "gradescope-bundle", "--assignment", "demo", "--assignment-root", str(root),
                              "--out", str(tmp_path / "autograder.zip")], cwd=tmp_path, capture_output=True, text=True)
     assert bundle.returncode == 0, bundle.stderr

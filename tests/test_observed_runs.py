@@ -326,8 +326,10 @@ def test_figures_of_a_training_the_grader_did_not_see_whole_are_not_shown(assign
 # ----------------------------------------------------------------------------- items judged on the grading run
 
 # Training that cheats only where torch's own optimizer runs (as in the notebook), and trains as
-# asked beside the stand-ins of the item's own case: the extra step only when AdamW is AdamW.
-ONLY_WITH_TORCHS_OPTIMIZER = "if torch.optim.AdamW.__name__ == 'AdamW':\n"
+# asked beside the stand-ins of the item's own case: the extra step only when AdamW is torch's
+# class, looked at past its name (a stand-in named AdamW is no torch Optimizer).
+ONLY_WITH_TORCHS_OPTIMIZER = ("if issubclass(torch.optim.AdamW, torch.optim.Optimizer) "
+                              "and torch.optim.AdamW.__module__ == 'torch.optim.adamw':\n")
 RECALL_EXTRA_STEP = '''
         held = recall_batch(budget["batch_size"], torch.Generator().manual_seed(seed + 1))[0]
         hidden = model.token_embedding[held] + model.position_embedding[:held.shape[1]]
@@ -395,7 +397,7 @@ def test_the_correct_trainings_keep_their_items_in_the_grading_run_too(assignmen
 def test_the_grading_run_trains_in_the_real_sandbox(sandbox, tmp_path, assignment):
     """In the real probe (read-only, its audit hook on), the grading run trains Exercises 2 and 3
     as the notebook does and every figure is observed: torch's own optimizers cannot be built
-    there, so the driver runs AdamW's and LambdaLR's arithmetic under their names."""
+    there until the driver has built them once before the workers fork (``_warm_optimizers``)."""
     found = {c.id: cells.source(c) for c in assignment.master.cells if cells.SCAFFOLD in cells.tags(c)}
     module, _ = submission_module_source(assignment.master, found)
     checks = checks_for(assignment.rubric)

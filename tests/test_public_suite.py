@@ -49,6 +49,9 @@ RUNS = {
     "broken": ("BROKEN", []),
     # Every correct scaffold of tests/scaffolds, through tests/public_corpus_plugin.py.
     "corpus": (None, ["-p", "public_corpus_plugin"]),
+    # One form without decay: the public tests diagnose it in the grader's words.
+    "mutant_decay_only_in_forward": ("SCAFFOLD", ["-k", "equiv"]),
+    "mutant_decay_only_in_step": ("SCAFFOLD", ["-k", "equiv"]),
 }
 CORRECT = sorted(p.stem for p in SCAFFOLDS.glob("correct_*.py"))
 TIMEOUT = 240
@@ -100,6 +103,10 @@ def runs(tmp_path_factory) -> dict[str, Run]:
         env = {k: v for k, v in os.environ.items()
                if k not in ("LA_NOTEBOOK", "PYTEST_ADDOPTS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD")}
         env["PYTHONDONTWRITEBYTECODE"] = "1"  # leave no __pycache__ in the shipped folder
+        if notebook == "SCAFFOLD":   # the master with the scaffold of tests/scaffolds named by the run
+            notebook = work / f"{name}.ipynb"
+            nbformat.write(notebook_with_scaffold(master, scaffold_cell(master, (SCAFFOLDS / f"{name}.py").read_text())),
+                           str(notebook))
         if notebook is not None:
             env["LA_NOTEBOOK"] = str(broken if notebook == "BROKEN" else notebook)
         if name == "corpus":
@@ -165,6 +172,20 @@ def test_unloadable_notebook_errors_each_test_readably(runs):
         message = test["setup"]["longrepr"]
         assert "could not load the notebook's code" in message and "not valid notebook JSON" in message, message
 
+
+
+@pytest.mark.parametrize("run, diagnosis", [("mutant_decay_only_in_forward", ("decay", "none", "step")),
+                                            ("mutant_decay_only_in_step", ("decay", "none", "forward"))])
+def test_a_form_without_decay_is_diagnosed_as_the_grader_diagnoses_it(runs, run, diagnosis):
+    """The equivalence tests name the form that ignores gamma with the grader's own sentence, and
+    name the two compared outputs for what they are (neither is a trusted value)."""
+    from grader.checks.linear_attention.model import _SAYS
+    concern, variant, form = diagnosis
+    said = _SAYS[(concern, variant)][form]
+    for test in runs[run].report["tests"]:
+        message = test["call"]["crash"]["message"]
+        assert test["outcome"] == "failed" and said in message, (test["nodeid"], message)
+        assert "step loop " in message and ", forward " in message and "expected" not in message, message
 
 
 @pytest.mark.parametrize("name", CORRECT)

@@ -168,7 +168,7 @@ def _read_test(cell: cells.TestCell, imported: set[str], provided: str) -> Inlin
     process runs as its own copy."""
     where = f"test cell {cell.cell_id!r} ({cell.name})"
     text = cell.source
-    examples = _examples(text)
+    examples = doctest_examples(text)
     try:
         tree = _doctest_module(examples) if examples else ast.parse(text)
     except (SyntaxError, ValueError) as exc:
@@ -189,7 +189,7 @@ def _read_test(cell: cells.TestCell, imported: set[str], provided: str) -> Inlin
                       ast.unparse(_without_pytest(_sliced(sandbox_tree, sandbox_taint))), provided)
 
 
-def _examples(text: str) -> str | None:
+def doctest_examples(text: str) -> str | None:
     """A doctest cell's examples: the cell itself when it starts with ``>>>``, or the one string
     literal it holds (a notebook runs that cell without error)."""
     if text.lstrip().startswith(">>>"):

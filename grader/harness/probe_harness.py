@@ -838,7 +838,9 @@ def load_handlers(plan):
     """The case handlers: ``call`` (here), and those of the checks module's driver file when
     the plan carries one. The driver is trusted grader code, run here in the supervisor before
     any student code: it defines ``HANDLERS`` (kind -> handler(module, inputs, config) -> info)
-    and reaches this harness's helpers only through the ``harness`` namespace it is given."""
+    and reaches this harness's helpers only through the ``harness`` namespace it is given. A
+    driver may also define ``PREPARE(kinds)``, called here with the kinds of the plan's cases:
+    what only some cases need, done once before any worker forks."""
     handlers = {"call": case_call}
     source = plan.get("driver_source")
     if source:
@@ -852,6 +854,8 @@ def load_handlers(plan):
         namespace = {"__name__": "probe_driver", "__builtins__": builtins, "harness": helpers}
         exec(compile(source, DRIVER_PATH, "exec"), namespace)
         handlers.update(namespace["HANDLERS"])
+        if "PREPARE" in namespace:
+            namespace["PREPARE"]({case["kind"] for case in plan["cases"]})
     return handlers
 
 

@@ -17,6 +17,7 @@ float32 at 1e-4, passes there with a warning, and is graded the same way. ``+ EP
 """
 from __future__ import annotations
 
+import copy
 import warnings
 
 import pytest
@@ -75,11 +76,12 @@ def run_steps(layer, x):
     return torch.stack(outputs, dim=1)
 
 
-def assert_close(actual, expected, tol, what):
+def assert_close(actual, expected, tol, what, names=("got", "expected")):
     """Assert max|actual - expected| <= tol for (B, T, C) tensors, with a readable report.
 
     The message gives the shapes, the max-abs error, the (batch, position, channel) of the
-    worst mismatch, and the first position t where any entry exceeds the tolerance.
+    worst mismatch, and the first position t where any entry exceeds the tolerance. ``names``
+    says what the two are where neither is a trusted value ("step loop", "forward").
     """
     assert tuple(actual.shape) == tuple(expected.shape), (
         f"{what}: shape {tuple(actual.shape)} does not match the expected {tuple(expected.shape)}")
@@ -98,7 +100,7 @@ def assert_close(actual, expected, tol, what):
     raise AssertionError(
         f"{what}: max-abs error {worst:.3e} > tolerance {tol:.0e}\n"
         f"  worst mismatch at (batch {b}, position {t}, channel {c}): "
-        f"got {actual[b, t, c].item():.6g}, expected {expected[b, t, c].item():.6g}\n"
+        f"{names[0]} {actual[b, t, c].item():.6g}, {names[1]} {expected[b, t, c].item():.6g}\n"
         f"  first offending position: t = {first} (of {actual.shape[1]}); "
         f"{int((error > tol).sum())} of {error.numel()} entries exceed the tolerance")
 
@@ -227,7 +229,8 @@ def test_causal_future_inputs_do_not_change_past_outputs(la):
             changed[:, t + 1:] = torch.randn(B, T - t - 1, D, dtype=dtype)
             y_changed = layer(changed)
             assert_close(y_changed[:, : t + 1], y[:, : t + 1], tol,
-                         f"outputs at positions <= {t} after changing the inputs after {t}")
+                         f"outputs at positions <= {t} after changing the inputs after {t}",
+                         names=("after the change", "before it"))
             moved = float((y_changed[:, t + 1:] - y[:, t + 1:]).detach().abs().max())
             assert moved > 1e-6, (f"changing the inputs after position {t} did not change any later output "
                                   f"(max change {moved:.1e}); does the output depend on its own input?")
@@ -240,7 +243,8 @@ def test_causal_future_inputs_do_not_change_past_outputs(la):
         changed = tokens.clone()
         changed[:, t + 1:] = (tokens[:, t + 1:] + 1) % VOCAB
         assert_close(model(changed)[:, : t + 1], logits[:, : t + 1], tol,
-                     f"hybrid LM logits at positions <= {t} after changing the tokens after {t}")
+                     f"hybrid LM logits at positions <= {t} after changing the tokens after {t}",
+                     names=("after the change", "before it"))
     in_float64_or_float32(check)
 
 
@@ -267,7 +271,8 @@ def test_step_keeps_fixed_size_state(la):
         y, state = layer.step(x[:, 0], None)  # None starts a fresh sequence
         assert tuple(y.shape) == (B, D), f"step returned y of shape {tuple(y.shape)}, expected {(B, D)}"
         y_init, _ = layer.step(x[:, 0], layer.init_state(B))
-        assert_close(y[:, None], y_init[:, None], tol, "step(x, None) vs step(x, init_state(B))")
+        assert_close(y[:, None], y_init[:, None], tol, "step(x, None) vs step(x, init_state(B))",
+                     names=("step(x, None)", "step(x, init_state(B))"))
         for t in range(1, x.shape[1]):
             y, state = layer.step(x[:, t], state)
             S, z = state
@@ -279,6 +284,23 @@ def test_step_keeps_fixed_size_state(la):
     in_float64_or_float32(check)
 
 
+def agrees(actual, expected, tol):
+    return actual.shape == expected.shape and bool(((actual - expected).abs() <= tol).all())
+
+
+def decay_diagnosis(layer, x, tol):
+    """Which form leaves the decay out, when one does: its output equals the other form's with
+    gamma = 1 (the same weights, every decay logit at 50). The grader's words for the same bug."""
+    undecayed = copy.deepcopy(layer)
+    undecayed.gamma_logit = torch.full_like(layer.gamma_logit, 50.0)  # sigmoid(50) == 1.0 exactly
+    with torch.no_grad():
+        if agrees(run_steps(layer, x), undecayed(x), tol):
+            return "step ignores gamma: decay S and z by gamma before adding the new token"
+        if agrees(layer(x), run_steps(undecayed, x), tol):
+            return "forward ignores gamma: weight position i by gamma^(t-i)"
+    return None
+
+
 class TestEquivalence:
     """forward (all positions at once) and step (one token at a time) are one computation."""
 
@@ -286,8 +308,14 @@ class TestEquivalence:
         def check(dtype, tol):
             layer = make_layer(la, logits=logits, dtype=dtype)
             x = torch.randn(B, T, D, dtype=dtype)
-            assert_close(run_steps(layer, x), layer(x), tol, "recurrent step loop vs parallel forward, "
-                         f"decay {[round(g, 4) for g in layer.decay.tolist()]}")
+            what = f"step loop vs forward, decay {[round(g, 4) for g in layer.decay.tolist()]}"
+            try:
+                assert_close(run_steps(layer, x), layer(x), tol, what, names=("step loop", "forward"))
+            except AssertionError as failure:
+                diagnosis = decay_diagnosis(layer, x, tol)
+                if diagnosis is None:
+                    raise
+                raise AssertionError(f"{diagnosis}\n{failure}") from None
         in_float64_or_float32(check)
 
     def test_parallel_matches_recurrent_mild_decay(self, la):

@@ -6,7 +6,8 @@ NOTEBOOK defaults to the assignment's notebook next to this file. In a few secon
    when it cannot grade it (not JSON, not nbformat 4, too large, a scaffold cell it cannot
    find), and warns about provided cells you edited (the grader runs its own copy of those);
 2. runs the assignment's public tests on that notebook and summarizes them (an assignment
-   without public tests says so);
+   without public tests says so); the visible test cells of the notebook need its code to run,
+   so ``--run`` runs them, after the notebook, as shipped, with their authors' messages;
 3. lists the written answers that are blank (a blank answer counts as not submitted);
 4. says what will be graded, with the TODOs that still raise ``NotImplementedError``.
 
@@ -17,7 +18,8 @@ or does not run, by its place among the code cells (``code cell 7``: the 7th cod
 from 1), its first line and its execution count (``In [7]``).
 
 Exit status 0 when the grader can read the notebook, finds every scaffold, no TODO is left,
-every public test passes and (with ``--run``) every cell runs; 1 otherwise. Passing is not full
+every public test passes and (with ``--run``) every cell runs and every visible test passes (an
+assignment with visible test cells needs ``--run`` for that); 1 otherwise. Passing is not full
 marks: the grader's hidden checks test far more, and the written answers are graded after
 submission.
 
@@ -185,6 +187,7 @@ class Scaffold:
 
 
 SCAFFOLDS = [Scaffold(s["cell_id"], s["symbols"]) for s in SPEC.get("scaffolds", [])]
+TEST_CELLS = SPEC.get("test_cells", [])   # the visible test cells: id, item name, source, doctest examples
 PROVIDED = {cell["id"]: cell["source"] for cell in SPEC.get("provided", [])}   # id -> the grader's source
 QUESTIONS = {q["id"]: q for q in SPEC.get("questions", [])}
 
@@ -573,6 +576,7 @@ class NotebookRun:
 
     code_cells: int = 0
     test_cells: int = 0        # the assignment's test cells in your notebook, left out as grading leaves them
+    tests: Optional[PublicTests] = None   # the visible test cells, run after the notebook
     seconds: float = 0.0
     cells: List[CellProblem] = field(default_factory=list)
     kernel: str = "ok"
@@ -584,7 +588,7 @@ def prepare_cells(findings: Findings) -> List[Tuple[Dict[str, Any], Optional[int
     """The cells grading runs, each with its index in your notebook (None for a provided cell
     the grader puts back): your notebook with the grader's provided cells, no outputs, and
     without the assignment's test cells (the grader decides each as an item, outside the run)."""
-    tests = set(SPEC.get("test_cells", ()))
+    tests = {test["id"] for test in TEST_CELLS}
     prepared = [(dict(cell), index) for index, cell in enumerate(findings.cells) if cell.get("id") not in tests]
     order = SPEC["cell_order"]
     for position, cell_id in enumerate(order):
@@ -615,6 +619,67 @@ def _cell_error(cell: Any) -> Optional[str]:
     return None
 
 
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+FAILING_LINE = re.compile(r"^-+>\s*(\d+)", re.M)   # IPython's arrow at the line that raised
+
+
+def test_cell_code(test: Dict[str, Any]) -> str:
+    """What the kernel runs for one visible test cell: the cell itself, or for a doctest cell its
+    examples through doctest, raising AssertionError with doctest's report when one fails."""
+    if not test.get("doctest"):
+        return test["source"]
+    return ("import doctest as _g2c_doctest\n"
+            "_g2c_report = []\n"
+            "_g2c_runner = _g2c_doctest.DocTestRunner(verbose=False)\n"
+            f"_g2c_runner.run(_g2c_doctest.DocTestParser().get_doctest({test['doctest']!r}, globals(), "
+            f"{test['name']!r}, None, 0), out=_g2c_report.append, clear_globs=False)\n"
+            "if _g2c_runner.failures:\n"
+            "    raise AssertionError(''.join(_g2c_report).replace('*' * 70, '').strip())\n")
+
+
+def test_failure(test: Dict[str, Any], output: Dict[str, Any]) -> str:
+    """A test cell's error, as the grader words a failed check: the line and its source, then the
+    exception with its message (the author's, when the assert has one)."""
+    error = f"{output.get('ename', 'Error')}: {output.get('evalue', '')}".rstrip(": ")
+    if test.get("doctest"):
+        return error
+    found = FAILING_LINE.search(ANSI.sub("", "\n".join(output.get("traceback", []))))
+    lines = test["source"].splitlines()
+    if found and 0 < int(found.group(1)) <= len(lines):
+        number = int(found.group(1))
+        return f"line {number}, `{lines[number - 1].strip()}`: {error}"
+    return error
+
+
+def run_test_cells(client: Any, notebook: Any, limit: float) -> PublicTests:
+    """Run each visible test cell, as shipped, in the kernel that ran ``notebook``, appended to it
+    (the client writes outputs by index): a failure is the test's, never a cell problem of the
+    notebook (grading's run leaves test cells out)."""
+    import nbformat
+    from nbclient.exceptions import CellTimeoutError
+
+    tests = PublicTests()
+    for test in TEST_CELLS:
+        cell = nbformat.v4.new_code_cell(test_cell_code(test))
+        notebook.cells.append(cell)
+        try:
+            client.execute_cell(cell, len(notebook.cells) - 1)
+        except CellTimeoutError:
+            tests.failed[test["name"]] = f"interrupted at the {limit:g} s cell limit"
+            tests.problem = "a test did not finish, so the tests after it did not run"
+            break
+        except Exception as exc:  # the kernel died or broke the protocol: the rest cannot run
+            tests.failed[test["name"]] = _one_line(f"{type(exc).__name__}: {exc}", 200)
+            tests.problem = "the kernel stopped during the tests, so the tests after it did not run"
+            break
+        error = next((o for o in cell.get("outputs", []) if o.get("output_type") == "error"), None)
+        if error is None:
+            tests.passed.append(test["name"])
+        else:
+            tests.failed[test["name"]] = _one_line(test_failure(test, error))
+    return tests
+
+
 def run_notebook(findings: Findings, missing: Dict[str, List[str]]) -> NotebookRun:
     """Execute the notebook as grading does, cell by cell: a cell that raises is recorded and the
     next one runs; a dead kernel, or a second time-out in a row, stops the run (which does not
@@ -631,7 +696,7 @@ def run_notebook(findings: Findings, missing: Dict[str, List[str]]) -> NotebookR
     notebook = nbformat.from_dict({**findings.raw, "cells": [cell for cell, _ in prepared]})
     limit, budget = settings["cell_timeout_s"], settings["notebook_timeout_s"]
     result = NotebookRun(code_cells=sum(1 for cell in notebook.cells if cell.cell_type == "code"),
-                         test_cells=sum(1 for cell in findings.cells if cell.get("id") in SPEC.get("test_cells", ())))
+                         test_cells=sum(1 for cell in findings.cells if cell.get("id") in {t["id"] for t in TEST_CELLS}))
 
     def label(at: int) -> str:
         cell, index = prepared[at]
@@ -686,6 +751,8 @@ def run_notebook(findings: Findings, missing: Dict[str, List[str]]) -> NotebookR
                     previous_timed_out = status == "timeout"
                     if status != "ok":
                         result.cells.append(CellProblem(label(at), cell.get("execution_count"), status, error or ""))
+                if TEST_CELLS and result.kernel == "ok" and not result.timed_out:
+                    result.tests = run_test_cells(client, notebook, limit)
         except Exception as exc:  # the kernel failed to start, or broke the protocol at shutdown
             if result.kernel == "ok" and not result.cells:
                 result.problem = f"the kernel could not start: {type(exc).__name__}: {_one_line(str(exc), 200)}"
@@ -720,16 +787,30 @@ def report_loading(findings: Findings) -> None:
 def report_tests(run: Optional[PublicTests], notebook: Path) -> None:
     """Part 2: failures grouped by message, since one bug usually fails several tests alike."""
     tests = SPEC.get("public_tests")
+    if TEST_CELLS:
+        print(f"Visible tests: {len(TEST_CELLS)} test cell{'s' if len(TEST_CELLS) != 1 else ''} in the notebook "
+              f"({', '.join(test['name'] for test in TEST_CELLS)}); "
+              + ("it calls your code, so --run runs it" if len(TEST_CELLS) == 1 else
+                 "they call your code, so --run runs them") + " after your notebook")
     if tests is None:
-        print("Public tests: this assignment has no public tests; the check reads the notebook, lists the "
-              "blank answers and the TODOs left, and with --run the cells that raise")
+        if not TEST_CELLS:
+            print("Public tests: this assignment has no public tests; the check reads the notebook, lists the "
+                  "blank answers and the TODOs left, and with --run the cells that raise")
         return
     command = f"{tests['env']}={notebook} pytest {tests['folder']}/"
     print(f"Public tests ({command})")
     if run is None:
         print("  not run: the notebook cannot be read")
         return
-    if run.problem:
+    report_outcomes(run)
+    if run.failed:
+        print(f"  Rerun one with its traceback, from {HERE}:\n"
+              f"      {command} -k {next(iter(run.failed))}")
+
+
+def report_outcomes(run: PublicTests) -> None:
+    """Tests' counts, then their failures grouped by message (one bug usually fails several alike)."""
+    if run.problem and not run.failed:
         print(f"  PROBLEM: {run.problem}")
         return
     counts = [f"{len(run.passed)} passed", f"{len(run.failed)} failed"]
@@ -739,9 +820,8 @@ def report_tests(run: Optional[PublicTests], notebook: Path) -> None:
         by_message[message].append(name)
     for message, names in by_message.items():
         print(f"  FAILED {', '.join(names)}\n      {message}")
-    if run.failed:
-        print(f"  Rerun one with its traceback, from {HERE}:\n"
-              f"      {command} -k {next(iter(run.failed))}")
+    if run.problem:
+        print(f"  PROBLEM: {run.problem}")
 
 
 def report_answers(findings: Findings) -> None:
@@ -791,7 +871,7 @@ def report_graded(findings: Findings, run: Optional[NotebookRun]) -> None:
     print()
     if run is None:
         print("Running the notebook: not asked; `python check.py --run` runs it as the grader will "
-              "and lists the cells that raise")
+              "and lists the cells that raise" + (", then runs the visible tests" if TEST_CELLS else ""))
         return
     print(f"Running the notebook as the grader will (G2C_GRADING=1, {settings['cell_timeout_s']:g} s per cell)")
     if run.problem:
@@ -812,6 +892,12 @@ def report_graded(findings: Findings, run: Optional[NotebookRun]) -> None:
                if run.timed_out else KERNEL_STATES.get(run.kernel, f"the kernel stopped ({run.kernel})"))
         what = not_run[0].label if len(not_run) == 1 else f"{len(not_run)} code cells from {not_run[0].label} on"
         print(f"  NOT RUN: {what}, because {why}")
+    if TEST_CELLS:
+        print("Visible tests, after your notebook")
+        if run.tests is None:
+            print("  not run: the notebook's run did not finish")
+        else:
+            report_outcomes(run.tests)
 
 
 def verdict(findings: Findings, tests: Optional[PublicTests], run: Optional[NotebookRun]) -> Tuple[bool, str]:
@@ -832,17 +918,26 @@ def verdict(findings: Findings, tests: Optional[PublicTests], run: Optional[Note
         if run.cells:
             return False, (f"NOT READY: {len(run.cells)} of {run.code_cells} code cells raise, time out or do not "
                            "run when the grader runs the notebook (see above).")
+        if TEST_CELLS and (run.tests is None or run.tests.failed or run.tests.problem):
+            failing = len(run.tests.failed) if run.tests else len(TEST_CELLS)
+            return False, f"NOT READY: {failing} of {len(TEST_CELLS)} visible tests fail or did not run (see above)."
     scaffold_lines, exercise_lines = todos(findings)
     if scaffold_lines or exercise_lines:
         return False, "NOT READY: TODOs are left that raise NotImplementedError (see above)."
+    if TEST_CELLS and run is None:
+        return False, ("NOT CHECKED: " + ("the visible test calls" if len(TEST_CELLS) == 1 else
+                                          f"the {len(TEST_CELLS)} visible tests call")
+                       + " your code: `python check.py --run` runs " + ("it." if len(TEST_CELLS) == 1 else "them."))
     done = ["the grader can read this notebook"]
     if SPEC.get("public_tests") is not None:
         done.append(f"all {len(tests.passed)} public tests pass")
     if run is not None:
         done.append(f"all {run.code_cells} code cells run")
+    if TEST_CELLS:
+        done.append(f"all {len(TEST_CELLS)} visible tests pass" if len(TEST_CELLS) > 1 else "the visible test passes")
     blank = len(findings.blank) + len(findings.missing_answers)
     return True, ("READY: " + " and ".join(done)
-                  + ("" if SPEC.get("public_tests") is not None else " (this assignment has no public tests)")
+                  + ("" if SPEC.get("public_tests") is not None or TEST_CELLS else " (this assignment has no public tests)")
                   + (f"; {blank} written answer{'s are' if blank > 1 else ' is'} still blank or missing."
                      if blank else "."))
 
