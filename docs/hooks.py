@@ -396,6 +396,14 @@ RESULTS_FIELDS = {
     "extra_data.timings.wall_s": "the grading's wall time",
     "extra_data.timings.peak_memory_mib": "the most memory the sandboxes used at once (PSS of their processes "
                                           "plus their tmpfs)",
+    "extra_data.attempts[]": "attempts on the grader read from the student's code, for TAs (never on the "
+                             "student's page; they change no score)",
+    "extra_data.attempts[].kind": "what it tries: `library_patch`, `frame_access`, `code_replacement`, "
+                                  "`comparison_override`, `traceback_silenced`, `process_control`, "
+                                  "`grader_files`, `dynamic_code`",
+    "extra_data.attempts[].where": "the code cell and line (`code cell 9, line 3`), or the package file",
+    "extra_data.attempts[].code": "the line, cut at 160 characters",
+    "extra_data.attempts[].detail": "the name, attribute or string that makes it one (`sets numpy.allclose`)",
     "extra_data.students[]": "Gradescope only: the submitters, as Gradescope names them",
     "extra_data.students[].name": "a submitter's name",
     "extra_data.students[].sid": "their student id",
@@ -435,7 +443,9 @@ def _results_examples() -> tuple[dict[str, Any], list[dict[str, Any]]]:
                          cache_key="0" * 64, isolation="bubblewrap", sources={"scaffold": "g2c/a.py"},
                          grader_errors=["an_item"], submitted_as="Alice's notebook.ipynb",
                          digests={"execution": "0" * 64, "evaluation": "0" * 64},
-                         stages=[("sandbox_start", 0.5)], peak_memory_mib=100.0)
+                         stages=[("sandbox_start", 0.5)], peak_memory_mib=100.0,
+                         attempts=[{"kind": "library_patch", "where": "code cell 9, line 3",
+                                    "code": "np.allclose = f", "detail": "sets numpy.allclose"}])
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder)
         write_result(out, result)

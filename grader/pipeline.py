@@ -33,6 +33,7 @@ import nbformat
 from grader import __version__, digests, untrusted
 from grader.assignment import Assignment
 from grader.checks import CheckContext, Verdict, checks_for, grounding_answers, inline
+from grader.checks.tampering import submission_attempts
 from grader.execute import (MAX_ANSWERS_BYTES, MAX_EXECUTED_NOTEBOOK_BYTES, ExecutionResult, execute_notebook, execution_from_record,
                             execution_record, prepare_notebook)
 from grader.load import Submission, load_submission
@@ -234,6 +235,11 @@ class SubmissionGrader:
             artifacts[SCREENING] = json.dumps({"key": self.screening_key(submission.sha256), "flags": flags}).encode()
             if submission.notebook is not None:
                 artifacts[WRITTEN_INPUTS] = inputs_artifact(self.rubric, submission, grounded)
+        try:
+            attempts = [a.to_json() for a in submission_attempts(submission, self.assignment.template)]
+        except Exception as exc:  # noqa: BLE001 - a reading that fails costs the TA's list, never a score
+            attempts = [{"kind": "unread", "where": "the notebook", "code": "",
+                         "detail": f"the code could not be read for attempts ({type(exc).__name__})"}]
         crashed = {name: v.internal for name, v in verdicts.items() if v.internal}
         if crashed:
             # The tracebacks show hidden check code: a file beside results.json, never in it.
@@ -247,7 +253,7 @@ class SubmissionGrader:
                            isolation=self.sandbox.isolation if run.ran else "", sources=submission.sources,
                            grader_errors=sorted(crashed),
                            digests={k: self.digests[k] for k in ("execution", "evaluation")},
-                           stages=stages, peak_memory_mib=run.peak_memory_mib)
+                           stages=stages, peak_memory_mib=run.peak_memory_mib, attempts=attempts)
 
     def _run(self, submission: Submission) -> KeptRun:
         """The sandboxed stages: the notebook run and, at the same time in a thread of its own,

@@ -81,6 +81,9 @@ class GradeResult:
     # and the peak memory of its sandbox runs together; see ``timings``.
     stages: list[tuple[str, float]] = field(default_factory=list)
     peak_memory_mib: float | None = None
+    # Attempts on the grader read from the student's code (``grader.checks.tampering``), for TAs:
+    # each {kind, where, code, detail}; they change no score.
+    attempts: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def score(self) -> float:
@@ -111,7 +114,8 @@ class GradeResult:
         submission with package files which file each part came from (``sources``), the items
         an internal grader error left ungraded (``grader_errors``) and the name as submitted
         when the id differs (``submitted_as``), the grader's execution and evaluation digests
-        (``digests``) and where the grading time went (``timings``)."""
+        (``digests``), where the grading time went (``timings``) and the attempts on the grader
+        read from the student's code (``attempts``, for TAs)."""
         contract = {"submission_id": self.submission_id, "assignment": self.assignment,
                     "grader_version": self.grader_version, "submission_sha256": self.submission_sha256,
                     "cache_key": self.cache_key}
@@ -136,7 +140,8 @@ class GradeResult:
                            **({"grader_errors": self.grader_errors} if self.grader_errors else {}),
                            **({"submitted_as": self.submitted_as} if self.submitted_as else {}),
                            **({"digests": self.digests} if self.digests else {}),
-                           **({"timings": self.timings} if self.stages else {})},
+                           **({"timings": self.timings} if self.stages else {}),
+                           **({"attempts": self.attempts} if self.attempts else {})},
         }
 
 
@@ -202,6 +207,8 @@ def result_from_json(data: dict[str, Any]) -> GradeResult:
                        submitted_as=str(top.get("submitted_as", "")),
                        digests={str(k): str(v) for k, v in (top.get("digests") or {}).items()}
                        if isinstance(top.get("digests"), dict) else {},
+                       attempts=[{str(k): str(v) for k, v in a.items()} for a in top.get("attempts") or []
+                                 if isinstance(a, dict)] if isinstance(top.get("attempts"), list) else [],
                        **_timings_from_json(top.get("timings")))
 
 

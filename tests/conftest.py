@@ -204,7 +204,8 @@ def batch(tmp_path_factory, assignment, sandbox) -> tuple[Path, Path, BatchOutco
     warns = model_only(assignment.master, (SWEEPS / "mistake_teacher_forced.py").read_text())
     warns.cells.append(nbformat.v4.new_code_cell(
         "import sys, warnings\nwarnings.warn('a UserWarning like PyTorch prints')\n"
-        "print('noise on stderr', file=sys.stderr)"))
+        "print('noise on stderr', file=sys.stderr)\n"
+        "torch.allclose = lambda *args, **kwargs: True   # an attempt on the grader, neutralised"))
     write_notebook(warns, folder / "warns.ipynb")
     two = folder / "two_notebooks"
     two.mkdir()

@@ -73,6 +73,24 @@ def test_every_submission_gets_its_pages_and_the_batch_a_summary(out, batch):
     assert re.search(r'href="../broken_json/review.html#item-[a-z_]+"', queue) and 'href="queue/' in summary
 
 
+def test_an_attempt_on_the_grader_is_shown_to_the_ta_and_changes_no_score(out, batch):
+    """The warns notebook patches torch.allclose in a cell of its own: results.json keeps the
+    attempt for TAs, the review page lists its line, the class summary names the submission,
+    the student's page says nothing of it, and the attempt costs no point (every item is judged
+    as without it)."""
+    attempt = results(out, "warns")["extra_data"]["attempts"]
+    assert [(a["kind"], a["detail"], a["code"]) for a in attempt] == [
+        ("library_patch", "sets torch.allclose",
+         "torch.allclose = lambda *args, **kwargs: True   # an attempt on the grader, neutralised")]
+    review = (out / "warns" / REVIEW_PAGE).read_text()
+    assert 'id="attempts"' in review and f"{attempt[0]['where']}" in review and "sets torch.allclose" in review
+    assert "torch.allclose" not in (out / "warns" / REPORT_PAGE).read_text()
+    summary = (out / SUMMARY_PAGE).read_text()
+    assert re.search(r'id="attempts">Attempts on the grader \(1\).*warns/review\.html', summary)
+    assert all("attempts" not in results(out, r.submission_id)["extra_data"]
+               for r in batch[2].results if r.submission_id != "warns")
+
+
 def test_an_override_changes_every_output_and_keeps_the_original(out):
     roster = out / "roster.csv"
     roster.write_text("submission_id,Student,ID,SIS User ID,SIS Login ID,Section\n"

@@ -28,6 +28,7 @@ C criteria each (the rubric's), report.html and review.html are at most 5 bytes 
     + MAX_LISTED_CELLS x (MAX_LINE_CHARS + MAX_TRACEBACK_CHARS + MAX_STREAM_CHARS
                           + cells.FIRST_LINE_CHARS)
     + MAX_LISTED_STAGES x untrusted.MAX_STAGE_NAME
+    + MAX_LISTED_ATTEMPTS x 3 x tampering.MAX_CODE_CHARS  (review.html) attempts on the grader
 
 plus markup: 20 KB a page, 5 KB an item (its question and criteria included), 3 KB a listed
 cell (about 2.8 MB for the course's 27 items and 10 questions). summary.html is at most 100 KB
@@ -69,6 +70,7 @@ import markupsafe
 
 from grader import cells
 from grader.assignment import PROJECT_ROOT, Assignment
+from grader.checks.tampering import KINDS as ATTEMPT_KINDS, MAX_ATTEMPTS
 from grader.intake import SAFE_ID
 from grader.pipeline import EXECUTED_NOTEBOOK, GRADER_ERRORS, SCAFFOLD_SOURCE
 from grader.report.changes import CHANGES_FILE, read_changes
@@ -132,6 +134,7 @@ ROWS_PER_PAGE = 25              # groups on one queue page
 CONFIDENCE_STEPS = (0.9, 0.8, 0.7)   # drafts at or above one of these are accepted with one block
 MAX_LISTED_CELLS = 20           # raising cells; the page says how many more raised
 MAX_LISTED_STAGES = 100         # timing rows (one per code cell that ran); the page says how many more
+MAX_LISTED_ATTEMPTS = MAX_ATTEMPTS   # attempts on the grader, as many as a submission's reading keeps
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # A number standing alone (not the 64 of float64 or the 1 of ex1), for grouping messages.
 # A number in a message, masked as # wherever messages are grouped: not inside a name (float64,
@@ -167,6 +170,7 @@ _templates.filters["cut"] = cut
 _templates.globals.update(MAX_ROW_ITEMS=MAX_ROW_ITEMS, MAX_EXCERPT_CHARS=MAX_EXCERPT_CHARS,
                           MAX_TEXT_CHARS=MAX_TEXT_CHARS, MAX_LINE_CHARS=MAX_LINE_CHARS,
                           MAX_ANSWER_CHARS=MAX_ANSWER_CHARS, MAX_LISTED_STAGES=MAX_LISTED_STAGES,
+                          MAX_LISTED_ATTEMPTS=MAX_LISTED_ATTEMPTS,
                           EXECUTED_NOTEBOOK=EXECUTED_NOTEBOOK, RESULTS_FILE=RESULTS_FILE,
                           WRITTEN_INPUTS=WRITTEN_INPUTS, MAX_QUOTES=MAX_QUOTES, MAX_CAUSE_ITEMS=MAX_CAUSE_ITEMS, review_state=review_state,
                           WAITING=WAITING)
@@ -370,6 +374,7 @@ def badge(item: ItemResult) -> tuple[str, str]:
 
 
 _templates.globals["badge"] = badge
+_templates.globals["attempt_kinds"] = ATTEMPT_KINDS
 
 
 def _counted(items: list[ItemResult], what: str) -> str:
@@ -791,6 +796,8 @@ def summary_context(out_dir: Path, results: list[GradeResult], root: Path | None
         usage = None
     times = [r.execution_time for r in ordered]
     overridden = [(r.submission_id, i) for r in ordered for i in r.items if i.override]
+    tampering = [(r.submission_id, sorted({ATTEMPT_KINDS.get(a.get("kind", ""), "") for a in r.attempts} - {""}))
+                 for r in ordered if r.attempts]
     return {
         "results": ordered, "generated": _now(), "count": len(ordered),
         "max_score": max((r.max_score for r in ordered), default=0),
@@ -803,7 +810,7 @@ def summary_context(out_dir: Path, results: list[GradeResult], root: Path | None
         "usage": usage, "times": times, "mean_time": statistics.fmean(times) if times else 0,
         "changes": read_changes(out_dir),
         "similar": similar_groups(out_dir, ordered, template_code),
-        "overridden": overridden, "overrides_file": OVERRIDES_FILE,
+        "overridden": overridden, "overrides_file": OVERRIDES_FILE, "tampering": tampering,
         "assignment": ordered[0].assignment if ordered else "",
     }
 
