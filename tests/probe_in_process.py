@@ -81,12 +81,19 @@ def probe_in_process(module_source: str, cases: list[ProbeCase], driver: Path | 
 def exercise_probe(assignment, symbol: str, cell: str | None, case_names: tuple[str, ...]) -> ProbeResult:
     """The checks' cases ``case_names`` alone, on the master's scaffold cells with the one that
     defines ``symbol`` replaced by ``cell`` (None: left out, as when no cell defines it)."""
+    return scaffold_probe(assignment, {symbol: cell}, case_names)
+
+
+def scaffold_probe(assignment, replaced: dict[str, str | None], case_names: tuple[str, ...]) -> ProbeResult:
+    """The checks' cases ``case_names`` alone, on the master's scaffold cells with the cell that
+    defines each symbol of ``replaced`` replaced by its source (None: left out)."""
     found = {c.id: cells.source(c) for c in assignment.master.cells if cells.SCAFFOLD in cells.tags(c)}
-    (cell_id,) = [s.cell_id for s in cells.scaffolds(assignment.master) if symbol in s.symbols]
-    if cell is None:
-        del found[cell_id]
-    else:
-        found[cell_id] = cell
+    for symbol, cell in replaced.items():
+        (cell_id,) = [s.cell_id for s in cells.scaffolds(assignment.master) if symbol in s.symbols]
+        if cell is None:
+            del found[cell_id]
+        else:
+            found[cell_id] = cell
     source, _ = submission_module_source(assignment.master, found)
     checks = checks_for(assignment.rubric)
     return probe_in_process(source, [c for c in checks.probe_cases(assignment.rubric) if c.name in case_names],

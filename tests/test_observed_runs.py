@@ -23,7 +23,7 @@ from grader.graft import submission_module_source
 from grader.probe import ProbeResult, run_probe
 
 from conftest import SWEEPS
-from probe_in_process import exercise_probe, exercise_verdicts, probe_in_process
+from probe_in_process import exercise_probe, exercise_verdicts, scaffold_probe
 
 TRAININGS = Path(__file__).parent / "trainings"
 SWEEP_CELL = (SWEEPS / "correct_prefill_by_decoding.py").read_text()
@@ -242,14 +242,7 @@ def recall_accuracy(model, tokens, answers, distances):
 def grading_run_probe(assignment, replaced: dict[str, str]) -> ProbeResult:
     """The grading run alone, on the master's scaffold cells with the cells defining each symbol
     of ``replaced`` replaced by its source."""
-    found = {c.id: cells.source(c) for c in assignment.master.cells if cells.SCAFFOLD in cells.tags(c)}
-    for symbol, source in replaced.items():
-        (cell_id,) = [s.cell_id for s in cells.scaffolds(assignment.master) if symbol in s.symbols]
-        found[cell_id] = source
-    module, _ = submission_module_source(assignment.master, found)
-    checks = checks_for(assignment.rubric)
-    return probe_in_process(module, [c for c in checks.probe_cases(assignment.rubric) if c.name == GRADING_RUN_CASE],
-                            checks.PROBE_DRIVER)
+    return scaffold_probe(assignment, replaced, (GRADING_RUN_CASE,))
 
 
 def _recall_cell_with_lying_accuracy(assignment) -> str:
@@ -345,14 +338,7 @@ def _only_when_real(extra: str, indent: str) -> str:
 
 
 def _exercise_and_grading_run(assignment, symbol: str, cell: str, case: str) -> ProbeResult:
-    found = {c.id: cells.source(c) for c in assignment.master.cells if cells.SCAFFOLD in cells.tags(c)}
-    (cell_id,) = [s.cell_id for s in cells.scaffolds(assignment.master) if symbol in s.symbols]
-    found[cell_id] = cell
-    module, _ = submission_module_source(assignment.master, found)
-    checks = checks_for(assignment.rubric)
-    wanted = (case, GRADING_RUN_CASE)
-    return probe_in_process(module, [c for c in checks.probe_cases(assignment.rubric) if c.name in wanted],
-                            checks.PROBE_DRIVER)
+    return scaffold_probe(assignment, {symbol: cell}, (case, GRADING_RUN_CASE))
 
 
 def test_training_that_cheats_only_beside_torchs_optimizers_loses_its_item(assignment):

@@ -21,13 +21,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-import torch
 
 from grader.checks import CheckContext, Verdict
 from grader.checks.linear_attention.cases import GRADING_RUN, RECALL_PAIRS, RECALL_TRAINING, recall_queries
 from grader.checks.linear_attention.items import exercise_run
-from grader.checks.linear_attention.training import (also_in_grading_run, grading_run, grading_run_batches_problem,
-                                                     unobserved_gradients)
+from grader.checks.linear_attention.training import (Draws, also_in_grading_run, grading_run,
+                                                     grading_run_batches_problem, seeded_draws, unobserved_gradients)
 from grader.reference import reference_namespace
 
 RECALL_ITEMS = ("recall_batches", "recall_query_loss", "recall_scoring")
@@ -63,12 +62,11 @@ def _training_steps(info: dict[str, Any], name: str) -> list[dict[str, Any]]:
 
 
 @lru_cache(maxsize=2)
-def seeded_batches(master_path: Path, draws: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
+def seeded_batches(master_path: Path, draws: int) -> Draws:
     """The first ``draws`` batches the master's recall_batch draws from the grader's seed."""
     recall_batch = reference_namespace(master_path)["recall_batch"]
-    generator = torch.Generator().manual_seed(RECALL_TRAINING["seed"])
     size = RECALL_TRAINING["budget"]["batch_size"]
-    return tuple(tuple(tuple(row) for row in recall_batch(size, generator)[0].tolist()) for _ in range(draws))
+    return seeded_draws(lambda generator: recall_batch(size, generator)[0], draws, RECALL_TRAINING["seed"])
 
 
 def _batches(master_path: Path, info: dict[str, Any]) -> Verdict:
@@ -108,9 +106,7 @@ def grading_run_problem(context: CheckContext) -> str | None:
         return None
     budget = GRADING_RUN["recall"]["budget"]
     recall_batch = reference_namespace(context.master_path)["recall_batch"]
-    generator = torch.Generator().manual_seed(0)
-    draws = [tuple(tuple(row) for row in recall_batch(budget["batch_size"], generator)[0].tolist())
-             for _ in range(budget["steps"])]
+    draws = seeded_draws(lambda generator: recall_batch(budget["batch_size"], generator)[0], budget["steps"], 0)
     return grading_run_batches_problem(record, draws, "Exercise 3")
 
 

@@ -32,8 +32,8 @@ TRAINING_ITEMS = ("training_same_batches", "training_held_out", "training_parame
 
 
 def training_checks(context: CheckContext) -> dict[str, Callable[[], Verdict]]:
-    return {"training_same_batches": lambda: also_in_grading_run(_decided(context, _same_batches),
-                                                                 grading_run_problem(context)),
+    return {"training_same_batches": lambda: also_in_grading_run(
+                _decided(context, lambda info: _same_batches(context.master_path, info)), grading_run_problem(context)),
             "training_held_out": lambda: _decided(context, _held_out),
             "training_parameters": lambda: _decided(context, _parameters)}
 
@@ -57,14 +57,23 @@ def grading_run(context: CheckContext, exercise: str) -> dict[str, Any] | None:
     return record if isinstance(record, dict) and isinstance(record.get("models"), dict) else None
 
 
-def grading_run_batches_problem(record: dict[str, Any], draws: list[tuple[tuple[int, ...], ...]],
-                                exercise: str) -> str | None:
+Draws = tuple[tuple[tuple[int, ...], ...], ...]   # batches of rows of token ids, in the order drawn
+
+
+def seeded_draws(draw: Callable[[torch.Generator], torch.Tensor], count: int, seed: int) -> Draws:
+    """The inputs of ``count`` batches ``draw(generator)`` returns one after another from a
+    generator seeded with ``seed``: what a training loop that draws its batches in order sees."""
+    generator = torch.Generator().manual_seed(seed)
+    return tuple(tuple(tuple(row) for row in draw(generator).tolist()) for _ in range(count))
+
+
+def grading_run_batches_problem(record: dict[str, Any], draws: Draws, exercise: str) -> str | None:
     """Whether each model of a grading-run ``record`` trained on exactly the seed's ``draws``, in
     order, every gradient from an observed forward (None: it did)."""
     where = f"in the grader's run of the notebook's {exercise} cell (grading mode, AdamW as the notebook builds it)"
     for name, model in record["models"].items():
-        seen = [tuple(_rows(call)) for call in record.get("calls") or ()
-                if call.get("model") == model.get("index") and call.get("training")]
+        seen = tuple(tuple(_rows(call)) for call in record.get("calls") or ()
+                     if call.get("model") == model.get("index") and call.get("training"))
         if seen != draws:
             step = next((i for i, (a, b) in enumerate(zip(seen, draws)) if a != b), min(len(seen), len(draws)))
             return (f"{where}, {name} did not train on the seed's batches in order: its training step {step + 1} "
@@ -99,10 +108,10 @@ def grading_run_problem(context: CheckContext) -> str | None:
     budget = GRADING_RUN["training"]["budget"]
     train_ids, _, _ = notebook_corpus(context.master_path)
     get_batch = reference_namespace(context.master_path)["get_batch"]
-    generator = torch.Generator().manual_seed(0)
-    draws = [tuple(tuple(row) for row in get_batch(train_ids, budget["batch_size"], budget["context"],
-                                                   generator)[0].tolist()) for _ in range(budget["steps"])]
+    draws = seeded_draws(lambda generator: get_batch(train_ids, budget["batch_size"], budget["context"], generator)[0],
+                         budget["steps"], 0)
     return grading_run_batches_problem(record, draws, "Exercise 2")
+
 
 
 def _decided(context: CheckContext, judge: Callable[[dict[str, Any]], Verdict]) -> Verdict:
@@ -134,7 +143,7 @@ def _rows(call: dict[str, Any]) -> list[tuple[int, ...]]:
     return [tuple(row) for row in tokens] if isinstance(tokens, list) and tokens and isinstance(tokens[0], list) else []
 
 
-def _same_batches(info: dict[str, Any]) -> Verdict:
+def _same_batches(master_path: Path, info: dict[str, Any]) -> Verdict:
     steps = TRAINING["budget"]["steps"]
     train, held_out = _streams()
     batches = {name: [_rows(c) for c in info["calls"] if c["model"] == model["index"] and c["training"]]
@@ -159,32 +168,28 @@ def _same_batches(info: dict[str, Any]) -> Verdict:
             return Verdict("failed", f"{name}'s training batch {step + 1} differs from {first}'s: every pattern "
                                      "must see the same batches in the same order (give train_lm the same seed)")
     for name, seen in batches.items():
-        problem = _sequence_problem(name, seen) or _optimizer_problem(name, info["models"][name])
+        problem = _sequence_problem(master_path, name, seen) or _optimizer_problem(name, info["models"][name])
         if problem:
             return Verdict("failed", problem)
     return Verdict("passed", f"each pattern trained {steps} steps on the seed's batches in order (the same for every "
                              "pattern, all windows of the training split), with one optimizer and one schedule")
 
 
-@lru_cache(maxsize=1)
-def seeded_batches() -> tuple[tuple[tuple[int, ...], ...], ...]:
-    """The inputs of the batches ``get_batch`` draws, one per step, from a generator seeded with
-    the grader's seed on the grader's training stream (as ``train_lm`` draws them), plus as many
-    again, to name a draw taken out of place."""
+@lru_cache(maxsize=2)
+def seeded_batches(master_path: Path) -> Draws:
+    """The inputs of the batches the master's ``get_batch`` draws, one per step, from a generator
+    seeded with the grader's seed on the grader's training stream (as ``train_lm`` draws them),
+    plus as many again, to name a draw taken out of place."""
     budget = TRAINING["budget"]
     data = torch.tensor(training_streams()["train_ids"], dtype=torch.long)
-    generator = torch.Generator().manual_seed(TRAINING["seed"])
-    draws = []
-    for _ in range(2 * budget["steps"]):
-        starts = torch.randint(0, len(data) - budget["context"] - 1, (budget["batch_size"],), generator=generator)
-        windows = data[starts[:, None] + torch.arange(budget["context"] + 1)]
-        draws.append(tuple(tuple(row) for row in windows[:, :-1].tolist()))
-    return tuple(draws)
+    get_batch = reference_namespace(master_path)["get_batch"]
+    return seeded_draws(lambda generator: get_batch(data, budget["batch_size"], budget["context"], generator)[0],
+                        2 * budget["steps"], TRAINING["seed"])
 
 
-def _sequence_problem(name: str, seen: list[list[tuple[int, ...]]]) -> str | None:
+def _sequence_problem(master_path: Path, name: str, seen: list[list[tuple[int, ...]]]) -> str | None:
     """Whether the batches of ``name``'s training steps are the seed's draws, in order (None)."""
-    stream = seeded_batches()
+    stream = seeded_batches(master_path)
     for step, batch in enumerate(tuple(b) for b in seen):
         if batch == stream[step]:
             continue
