@@ -18,8 +18,9 @@ import pytest
 import yaml
 
 from grader.execute import ExecutionResult, execute_notebook, run_idle_limit
-from grader.harness.cpu_time import IdleWatch, read_process
+from grader.harness.cpu_time import AFTER_HUNG_S, IdleWatch, read_process
 from grader.pipeline import SubmissionGrader
+from grader.probe import ProbeCase, run_probe
 from grader.rubric import Limits, RubricError, load_rubric
 from grader.sandbox import Sandbox
 
@@ -228,6 +229,38 @@ def test_idle_cells_are_interrupted_as_hung_and_the_second_ends_the_run(sandbox:
     for run in (result.cells[0], result.cells[2]):
         assert run.error == f"CellTimeoutError: the cell was {HUNG}; it was interrupted", run.error
     assert result.kernel == "hung" and not result.timed_out and result.backstop() is None
+
+
+SLOWER_IDLE = Limits(cell_timeout_s=30, notebook_timeout_s=300, idle_timeout_s=4)
+AFTER_HUNG = (f"stopped as hung: it made no CPU progress for {AFTER_HUNG_S:g} s while it could have run (sleeping or "
+              "waiting?), as an earlier call was stopped after 4 s")
+
+
+def test_after_one_cell_stopped_as_hung_the_next_waits_the_short_limit(sandbox: Sandbox, tmp_path: Path) -> None:
+    """A sleeping function costs one idle limit, not one per cell that calls it: the first call
+    waits out the rubric's limit, a later one cpu_time.AFTER_HUNG_S, each saying which; a cell
+    that works between them is untouched."""
+    result = run_cells(sandbox, tmp_path, SLOWER_IDLE, "import time\ndef asleep():\n    time.sleep(600)\nasleep()",
+                       "a = sum(range(10**6))", "asleep()")
+    assert [run.status for run in result.cells] == ["timeout", "ok", "timeout"], (result.cells, result.stopped)
+    assert result.cells[0].error == ("CellTimeoutError: the cell was stopped as hung: it made no CPU progress for "
+                                     "4 s while it could have run (sleeping or waiting?); it was interrupted")
+    assert result.cells[2].error == f"CellTimeoutError: the cell was {AFTER_HUNG}; it was interrupted"
+
+
+def test_after_one_probe_case_stopped_as_hung_the_next_waits_the_short_limit(sandbox: Sandbox, tmp_path: Path) -> None:
+    """The same in the probe: cases of other groups that call the sleeping function wait the
+    short limit; a case that does not call it is untouched."""
+    source = "import time\n\ndef asleep():\n    time.sleep(600)\n\ndef works():\n    return 1.0\n"
+    calls = {"asleep": {"calls": [{"symbol": "asleep", "output": "out"}]},
+             "works": {"calls": [{"symbol": "works", "output": "out"}]}}
+    cases = [ProbeCase(f"{symbol}_{n}", "call", calls[symbol], {}, group=f"group_{n}")
+             for n, symbol in enumerate(("asleep", "works", "asleep", "asleep"))]
+    probe = run_probe(source, cases, sandbox, tmp_path, 30, idle_timeout=4)
+    said = {name: (out.status, out.error) for name, out in probe.cases.items()}
+    assert said["asleep_0"][1].startswith("stopped as hung: it made no CPU progress for 4 s"), said
+    assert said["works_1"] == ("ok", None), said
+    assert said["asleep_2"][1] == said["asleep_3"][1] == AFTER_HUNG, said
 
 
 def test_a_run_that_stops_its_own_driver_is_killed_as_hung(sandbox: Sandbox, tmp_path: Path) -> None:

@@ -10,7 +10,11 @@ shows its own times. A process reparented out of the tree escapes, so the harnes
 themselves child subreapers: orphans come back to them.
 
 Code that sleeps or waits uses no CPU, so a CPU limit never stops it: :class:`IdleWatch`
-does, telling it apart from code starved by a busy machine by the states of its threads.
+does, telling it apart from code starved by a busy machine by the states of its threads. Once
+a run (the notebook's cells, the probe's cases) has stopped one as hung, each later one is
+stopped after ``AFTER_HUNG_S`` idle seconds: the submission is known to wait somewhere, so a
+sleeping function costs one idle limit, not one per cell and case that calls it, and honest
+code slow under load is never idle, so nothing it does is cut short.
 
 Standard library only: this file is copied next to the harness scripts into the sandbox,
 where the ``grader`` package cannot be imported, and the sandbox imports it from here.
@@ -23,6 +27,7 @@ from typing import Callable, Iterable, List, NamedTuple, Optional, Tuple
 TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
 BACKSTOP = "stopped by the wall-clock backstop"   # how every backstop message begins
 IDLE = "stopped as hung"                          # how every idle stop's message begins
+AFTER_HUNG_S = 2.0   # the idle limit of a run's later cells or cases once one was stopped as hung
 
 
 def cpu_limit_message(limit: float) -> str:
@@ -35,9 +40,17 @@ def backstop_message(seconds: float) -> str:
     return f"{BACKSTOP} after {seconds:g} s (sleeping or waiting?)"
 
 
-def idle_message(seconds: float) -> str:
-    """What an idle stop says (``IdleWatch``): the code waited, it was not starved."""
-    return f"{IDLE}: it made no CPU progress for {seconds:g} s while it could have run (sleeping or waiting?)"
+def idle_message(seconds: float, first: Optional[float] = None) -> str:
+    """What an idle stop says (``IdleWatch``): the code waited, it was not starved; ``first``:
+    the limit of the run's earlier stop, when this one came at ``AFTER_HUNG_S``."""
+    said = f"{IDLE}: it made no CPU progress for {seconds:g} s while it could have run (sleeping or waiting?)"
+    return said if first is None else f"{said}, as an earlier call was stopped after {first:g} s"
+
+
+def idle_limits(limit: float, hung_before: bool) -> Tuple[float, Optional[float]]:
+    """(the idle limit, the earlier stop's limit or None) of a cell or case, once ``hung_before``
+    (an earlier one of the run was stopped as hung) or not."""
+    return (min(limit, AFTER_HUNG_S), limit) if hung_before and limit > AFTER_HUNG_S else (limit, None)
 
 
 class Process(NamedTuple):

@@ -1000,11 +1000,13 @@ def describe_exit(status):
     return f"the process running your code exited with status {os.WEXITSTATUS(status)}"
 
 
-def receive(fd, pid, meter, cpu_limit, backstop, idle_limit, spent=0.0):
+def receive(fd, pid, meter, cpu_limit, backstop, idle_limit, spent=0.0, hung_before=False):
     """(message buffer | None, why there is none, timed out) from the worker ``pid``, stopped
     once ``meter`` (its processes' CPU) passes ``cpu_limit`` seconds over ``spent`` (what its
     earlier cases used), once they make no CPU progress for ``idle_limit`` seconds while they
-    could run, or after ``backstop`` wall-clock seconds."""
+    could run (``AFTER_HUNG_S`` once an earlier case was stopped so: ``hung_before``), or after
+    ``backstop`` wall-clock seconds."""
+    idle_limit, first = cpu_time.idle_limits(idle_limit, hung_before)
     head, buffer, got, status = bytearray(), None, 0, None
     deadline = time.monotonic() + backstop
     next_reading = time.monotonic() + CPU_POLL_S
@@ -1020,7 +1022,7 @@ def receive(fd, pid, meter, cpu_limit, backstop, idle_limit, spent=0.0):
                 return None, f"stopped: the process running your code {cpu_time.cpu_limit_message(cpu_limit)} " \
                              "(endless loop?)", True
             if idle.hung(used, pids, now):
-                return None, cpu_time.idle_message(idle_limit), True
+                return None, cpu_time.idle_message(idle_limit, first), True
         ready, _, _ = select.select([fd], [], [], min(deadline - now, 0.1))
         if ready:
             if buffer is None:
@@ -1133,6 +1135,7 @@ class Supervisor:
         self.plan, self.store, self.offsets = plan, store, offsets
         self.handlers = load_handlers(plan)
         self.kept = None   # the worker of the current batch, waiting for its next case
+        self.hung = False  # a case was stopped as hung: later ones wait cpu_time.AFTER_HUNG_S
         # Compiled once here, not in each of a hundred workers (about 8 ms each): compiling runs
         # none of it. Source that does not compile is left to the workers, which report why.
         try:
@@ -1187,7 +1190,8 @@ class Supervisor:
                 _close(held.in_write)   # its only case: the worker exits once it has answered
                 held.in_write = -1
             answer = receive(held.out_read, held.pid, held.meter, self.plan["case_timeout"],
-                             self.plan["case_backstop"], self.plan["idle_timeout"], spent)
+                             self.plan["case_backstop"], self.plan["idle_timeout"], spent, self.hung)
+            self.hung = self.hung or (answer[0] is None and answer[1].startswith(cpu_time.IDLE))
         except BaseException:
             self.end_worker(held)
             raise

@@ -53,7 +53,6 @@ KILL_AFTER_CPU_S = min(10, PLAN["cell_timeout"])
 KILL_AFTER_IDLE_S = min(10, PLAN["idle_timeout"])
 CPU_STOP = f"the cell {cpu_time.cpu_limit_message(PLAN['cell_timeout'])} and was interrupted"
 BACKSTOP_STOP = f"the cell was {cpu_time.backstop_message(PLAN['cell_backstop'])}"
-IDLE_STOP = f"the cell was {cpu_time.idle_message(PLAN['idle_timeout'])}; it was interrupted"
 
 
 class LimitedClient(NotebookClient):
@@ -78,18 +77,21 @@ class LimitedClient(NotebookClient):
 
 
 class CellWatch(threading.Thread):
-    """Watches one cell's processes: past its CPU limit, or idle for ``idle_timeout`` seconds,
-    the kernel is interrupted (``stop_reason`` says which), and killed if it goes on (it ignores the
+    """Watches one cell's processes: past its CPU limit, or idle for ``idle_timeout`` seconds
+    (``AFTER_HUNG_S`` once an earlier cell was stopped so: ``hung_before``), the kernel is
+    interrupted (``stop_reason`` says which), and killed if it goes on (it ignores the
     interrupt). Reaps the orphans this driver inherits, so that their CPU stays counted and
     they do not pile up as zombies."""
 
-    def __init__(self, kernel):
+    def __init__(self, kernel, hung_before=False):
         super().__init__(daemon=True)
         self.kernel = kernel   # the kernel's provisioner: its pid and process group
         self.meter = cpu_time.ChildrenMeter()
-        self.idle = cpu_time.IdleWatch(PLAN["idle_timeout"], CPU_POLL_S)
+        limit, first = cpu_time.idle_limits(PLAN["idle_timeout"], hung_before)
+        self.idle = cpu_time.IdleWatch(limit, CPU_POLL_S)
+        self.idle_stop = f"the cell was {cpu_time.idle_message(limit, first)}; it was interrupted"
         self.finished = threading.Event()
-        self.stop_reason = None   # CPU_STOP or IDLE_STOP once the cell is interrupted
+        self.stop_reason = None   # CPU_STOP or idle_stop once the cell is interrupted
         self.killed = False
         self.start()
 
@@ -100,7 +102,7 @@ class CellWatch(threading.Thread):
             reap_orphans(self.kernel.pid)
             hung = self.idle.hung(used, pids)
             if self.stop_reason is None and (used > PLAN["cell_timeout"] or hung):
-                self.stop_reason, used_at_stop = (IDLE_STOP if hung else CPU_STOP), used
+                self.stop_reason, used_at_stop = (self.idle_stop if hung else CPU_STOP), used
                 # A fresh window: the interrupted cell is killed if it stays idle this long.
                 self.idle = cpu_time.IdleWatch(KILL_AFTER_IDLE_S, CPU_POLL_S)
                 self.signal(signal.SIGINT)
@@ -236,7 +238,7 @@ def main():
                     record["status"] = "not_run"
                     continue
                 started = time.monotonic()
-                watch = CellWatch(client.km.provisioner)
+                watch = CellWatch(client.km.provisioner, idle_cells > 0)
                 try:
                     client.execute_cell(cell, index)
                 except DeadKernelError:
@@ -261,7 +263,7 @@ def main():
                     record.update(status="timeout", ename="CellTimeoutError", evalue=BACKSTOP_STOP)
                 elif record["status"] == "ok" and error:
                     record.update(status="error", ename=error[0], evalue=error[1])
-                idle_cells += watch.stop_reason == IDLE_STOP
+                idle_cells += watch.stop_reason == watch.idle_stop
                 # The interrupt did not free the kernel, or its code keeps waiting.
                 if record["status"] == "timeout" and previous_timed_out or idle_cells >= PLAN["idle_cells_give_up"]:
                     state["kernel"] = "hung"
