@@ -25,7 +25,7 @@ SUBMISSIONS ?=
 OUT ?= out
 WORKERS ?=
 
-.PHONY: install test grade validate assign report realrun bench docs clean
+.PHONY: install test grade validate assign report realrun bench docs clean peers
 
 install: $(STAMP)
 
@@ -47,9 +47,26 @@ $(BROWSER): $(STAMP)
 	npm install --silent --no-audit --no-fund --prefix $(VENV) $(AXE_CORE)
 	touch $(BROWSER)
 
+# The peers whose formats `grader import` reads, each in a venv of its own (never .venv: they pin
+# other jupyter packages), from the package registry: tests/test_import_*.py grade with them as oracles.
+PEERS := out/peers
+OTTER_PEER := $(PEERS)/otter-venv/.installed
+NBGRADER_PEER := $(PEERS)/nbgrader-venv/.installed
+peers: $(OTTER_PEER) $(NBGRADER_PEER)
+
+$(OTTER_PEER):
+	rm -rf $(PEERS)/otter-venv && $(PYTHON) -m venv $(PEERS)/otter-venv
+	$(PEERS)/otter-venv/bin/pip install -q otter-grader==7.0.0 numpy==2.4.6 ipykernel==7.4.0
+	touch $@
+
+$(NBGRADER_PEER):
+	rm -rf $(PEERS)/nbgrader-venv && $(PYTHON) -m venv $(PEERS)/nbgrader-venv
+	$(PEERS)/nbgrader-venv/bin/pip install -q nbgrader==0.9.6 numpy==2.4.6
+	touch $@
+
 # Two test processes: while one runs single-threaded checks, the other's sandboxed batches fill
 # the second core. Each file runs whole in one of them, so its module fixtures are built once.
-test: $(STAMP) $(BROWSER)
+test: $(STAMP) $(BROWSER) peers
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
 
 grade: $(STAMP)

@@ -25,6 +25,7 @@ import argparse
 import itertools
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -47,8 +48,8 @@ sys.path.insert(0, str(REPO))   # run as a script: this checkout's grader and be
 from bench.coordinator import PEAK_LINE  # noqa: E402
 from bench.measure import Figure, Target, alternate, bench_record, median, ratio, slope_ms, stage_medians, write_record  # noqa: E402
 from grader.execute import GRADING_ENV  # noqa: E402
-from grader.rubric import load_rubric  # noqa: E402
 from grader.harness.cpu_time import AFTER_HUNG_S  # noqa: E402
+from grader.rubric import load_rubric  # noqa: E402
 
 OUT = REPO / "out" / "bench"
 WORK = OUT / "work"
@@ -63,6 +64,7 @@ MARKER = "G2C_BENCH_RUN"                  # in the environment of everything the
 # grade - floor, in seconds) and the target.
 PER_SUBMISSION = {"linear_attention": ("ratio", 1.3), "linear_attention_hyena": ("over", 3.0)}
 CLASS_ASSIGNMENT = "linear_attention_hyena"   # the cheap one: the class and the regrade sets
+SIMILARITY_CLASS = 200
 TOLERANCE_EDIT = ("isotropy_mean", ("0.051", "0.052"))   # a check-only change: verdicts stay the same
 # The sleeping submission: the class's reference with this function asleep (no CPU) when called.
 SLEEPING_FUNCTION = "retnet_decay_mask"
@@ -374,6 +376,24 @@ class Bench:
                            {"at_small": [values[0]], "at_large": [values[1]]},
                            [f"{values[0]:.0f} MiB at {small_n}, {values[1]:.0f} MiB at {large_n}"]))
 
+    def similarity(self) -> None:
+        """The similarity stage on a synthetic class of ``SIMILARITY_CLASS`` (in process: it reads no sandbox)."""
+        from grader import similarity
+        from grader.assignment import Assignment
+
+        sources = similarity_class(SIMILARITY_CLASS)
+        boilerplate = similarity.Boilerplate.of(Assignment("linear_attention"))
+        samples, cpu = [], []
+        for _ in range(self.sizes.repeats):
+            started, used = time.perf_counter(), time.process_time()
+            pairs = similarity.compare(sources, boilerplate)
+            samples.append(time.perf_counter() - started)
+            cpu.append(time.process_time() - used)
+        self.figure(Figure(f"similarity across a class of {SIMILARITY_CLASS}", median(samples), "s", Target("<=", 5.0),
+                           "similarity.compare on the synthetic class: code and written answers, every pair",
+                           {"compare": samples, "cpu": cpu},
+                           [f"{median(cpu):.1f} s of CPU", f"{len(pairs)} pairs reported, {sum(p.flagged for p in pairs)} flagged"]))
+
     # ------------------------------------------------------------------ the end
 
     def leftovers(self) -> list[str]:
@@ -425,6 +445,21 @@ def _synthetic_class(folder: Path, size: int, first: int) -> Path:
         notebook.cells[last].source += f"\n# bench submission {k}"
         nbformat.write(notebook, str(folder / f"student{k:03d}.ipynb"))
     return folder
+
+
+def similarity_class(size: int) -> list:
+    """``size`` submissions as the similarity stage reads them: each one of tests/scaffolds' correct
+    styles of linear_attention's scaffold (so a few share each, as copies would), and for every
+    question four sentences drawn (seeded) from all the master's answers, so that some overlap."""
+    from grader import similarity
+    from grader.assignment import Assignment
+
+    styles = [p.read_text() for p in sorted((REPO / "tests" / "scaffolds").glob("correct_*.py"))]
+    questions = Assignment("linear_attention").reference_answers
+    said = [s for a in questions.values() for s in re.split(r"(?<=\.) ", a.answer)]
+    draw = random.Random(45)
+    return [similarity.Source(f"student{k:03d}", styles[k % len(styles)],
+                              {q: " ".join(draw.sample(said, 4)) for q in questions}) for k in range(size)]
 
 
 def _sleeping_notebook() -> nbformat.NotebookNode:
@@ -515,6 +550,7 @@ def main(argv: list[str] | None = None) -> int:
         bench.section("against otter-grader", bench.against_otter)
         bench.section("a submission that sleeps", bench.sleeping_submission)
         bench.section("throughput, regrades and memory", bench.throughput)
+        bench.section("similarity across a class", bench.similarity)
     finally:
         leftover = bench.leftovers()
     wall = time.perf_counter() - clock

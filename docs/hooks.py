@@ -486,8 +486,15 @@ OUTPUT_FILES = {
     "gradebook.csv": "one row per submission: `submission_id`, `total` (the points graded so far), `max`, "
                      "`pending` (items still waiting for a person), then one column per item; a pending item's "
                      "cell is empty, never 0",
-    "summary.html": "the class page for TAs: histogram, pass rate per item, common failure causes, timings, "
-                    "LLM cost, the review queue, overrides, score changes, near-identical submissions",
+    "summary.html": "the class page for TAs: the review queue, attempts on the grader, histogram, pass rate per "
+                    "item, common failure causes, timings, LLM cost, overrides, score changes, the groups of "
+                    "submissions similarity flagged",
+    "similarity.json": "every pair of submissions whose code or written answer is alike at or above the reporting "
+                       "floor, `flagged` above the threshold, with the matching passages, the thresholds and the "
+                       "method ([similarity](../similarity.md)); not written with `--similarity off`",
+    "similarity.html": "that comparison for TAs: each flagged pair's passages side by side, then every reported pair",
+    "published.json": "what `grader publish --apply` posted to Canvas, per target and student: the score and a "
+                      "digest of the comment and page, so a rerun posts only what changed",
     "queue": "the review queue: `queue/<item>-<n>.html`, one page set per written question and per errored "
              "item, 25 rows a page",
     "overrides.yaml": "yours: a TA's scores (the grader only reads it)",

@@ -1,8 +1,10 @@
-"""The ``grader`` command line: new, assign, grade, report, export, validate, calibrate, check, gradescope-bundle.
+"""The ``grader`` command line: new, import, assign, grade, report, export, publish, validate,
+calibrate, check, gradescope-bundle.
 
 Exit status: 0 when the command did its job (whatever the scores), 1 when ``validate``
-finds the solution or template graded wrongly or ``check`` finds the notebook not ready,
-2 when the grader itself could not run, 128 + N when signal N (SIGINT, SIGTERM) stopped ``grade``.
+finds the solution or template graded wrongly, ``check`` finds the notebook not ready or
+``publish`` could not post some student, 2 when the grader itself could not run, 128 + N when
+signal N (SIGINT, SIGTERM) stopped ``grade`` or ``publish``.
 """
 from __future__ import annotations
 
@@ -26,13 +28,15 @@ from grader.pipeline import GRADER_ERRORS
 from grader.report.changes import record_changes
 from grader.report.export import ExportError, export_canvas
 from grader.report.overrides import OverrideError, apply_overrides
-from grader.report.pages import RELEASES, SUMMARY_PAGE, load_matplotlib, release_state, write_pages
+from grader.report.pages import RELEASES, SIMILARITY_PAGE, SUMMARY_PAGE, release_state, write_pages
+from grader.report.plots import load_matplotlib
 from grader.report.results import is_pending, read_results, write_gradebook
 from grader.report.terminal import counted, print_scores, say
 from grader.rubric import Limits, Rubric, RubricError
 from grader.sandbox import Limits as SandboxLimits
 from grader.sandbox import ISOLATION_LEVELS, Sandbox, SandboxUnavailable
 from grader.score import GradeResult
+from grader.similarity import SIMILARITY_FILE, run_similarity
 from grader.validate import validate
 from grader.written import grade_written
 from grader.written.calibrate import calibrate, load_samples, report_table
@@ -66,6 +70,30 @@ def _cmd_new(args: argparse.Namespace) -> int:
     for path in written:
         say(f"wrote {path}")
     say(f"next: grader validate --assignment {args.name} --assignment-root {root}")
+    return 0
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    """A peer's master notebook (otter-assign's or nbgrader's source) as an assignment under --out."""
+    from grader.importers import ImportRefused, write_assignment   # only this command needs them
+    from grader.importers import nbgrader as nbgrader_format, otter as otter_format
+
+    source = Path(args.notebook)
+    if not source.is_file():
+        raise CommandError(f"{source}: no such notebook")
+    reader = {"otter": otter_format.read, "nbgrader": nbgrader_format.read}[args.format]
+    try:
+        draft = reader(source, args.name)
+        try:
+            written = write_assignment(draft, Path(args.out))
+        finally:   # what was not imported is said whether or not the rest could be written
+            for note in draft.notes:
+                say(f"import: {note}", sys.stderr)
+    except (ImportRefused, ValueError, RubricError) as exc:   # ValueError: nbformat's unreadable notebook
+        raise CommandError(f"{source}: {exc}") from exc
+    for path in written:
+        say(f"wrote {path}")
+    say(f"next: grader validate --assignment {draft.name} --assignment-root {args.out}")
     return 0
 
 
@@ -136,6 +164,9 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     except BatchError as exc:
         raise CommandError(str(exc)) from exc
     out_dir = Path(args.out)
+    missing = [p for p in args.compare_with if not Path(p).is_dir()]
+    if missing:
+        raise CommandError(f"--compare-with: {', '.join(missing)}: no such graded folder")
     release = _release(out_dir, args.release)
     before = {r.submission_id: r for r in read_results(out_dir)}
     on = (f"on the Dask scheduler at {args.scheduler}" if args.scheduler else
@@ -167,6 +198,11 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     for change in record_changes(out_dir, before, outcome.results):
         say(f"score changed: {change['submission_id']} {change['old_total']:g} -> {change['new_total']:g}",
             sys.stderr)
+    if args.similarity == "on":   # before the pages, which show it; it changes no score and never fails the batch
+        say(run_similarity(out_dir, outcome.results, assignment, [Path(p) for p in args.compare_with]), sys.stderr)
+    else:   # an earlier run's comparison would describe another class
+        for name in (SIMILARITY_FILE, SIMILARITY_PAGE):
+            (out_dir / name).unlink(missing_ok=True)
     _write_outputs(out_dir, outcome.results, release, assignment.root)
     if outcome.internal_errors:
         say(f"{counted(outcome.internal_errors, 'submission')} hit an internal grader error (tracebacks in "
@@ -245,6 +281,48 @@ def _cmd_export(args: argparse.Namespace) -> int:
         if ids:
             say(f"{len(ids)} {label}: {', '.join(ids)}", sys.stderr)
     return 0
+
+
+def _cmd_publish(args: argparse.Namespace) -> int:
+    """Final totals and pages into a Canvas assignment: a dry run unless --apply; 1 when some
+    student could not be posted (listed), 130 when interrupted (what was posted is recorded)."""
+    from grader.report import canvas   # canvasapi and requests load for this command only
+
+    out_dir = Path(args.dir)
+    try:
+        where = canvas.target(args.canvas, args.course, args.assignment)
+        token = canvas.token_from_environment()
+        grades = canvas.plan(out_dir, Path(args.roster), where)
+        say(f"{'publishing' if args.apply else 'dry run, nothing is posted (--apply posts)'}: {out_dir} to "
+            f"{where.key}")
+        for sid, why in grades.held.items():
+            say(f"not posted: {sid}: {why}", sys.stderr)
+        if grades.no_submission:
+            say(f"{counted(len(grades.no_submission), 'roster student')} without a submission (nothing posted): "
+                f"{', '.join(grades.no_submission)}", sys.stderr)
+        if grades.unchanged:
+            say(f"unchanged since posted ({canvas.PUBLISHED_FILE}): {', '.join(grades.unchanged)}")
+        if not grades.to_post:
+            say("nothing to post")
+            return 0
+        assignment = canvas.open_assignment(where, token)
+        warning = canvas.points_mismatch(assignment, grades)
+        if warning:
+            say(f"grader: {warning}", sys.stderr)
+        outcome = canvas.publish_grades(grades, assignment, out_dir, where, args.apply, say)
+    except canvas.PublishError as exc:
+        raise CommandError(str(exc)) from exc
+    except KeyboardInterrupt:
+        say(f"grader: interrupted; every student posted is recorded in {out_dir / canvas.PUBLISHED_FILE}, and the "
+            "same command posts the rest", sys.stderr)
+        return 130
+    for sid, why in outcome.failed.items():
+        say(f"not posted: {sid}: {why}", sys.stderr)
+    done = (f"posted {counted(len(outcome.posted), 'student')}" if args.apply else
+            f"would post {counted(len(grades.to_post) - len(outcome.failed) - len(outcome.already_there), 'student')}")
+    say(f"{done}; {len(outcome.already_there)} already in Canvas, {len(outcome.failed)} failed, "
+        f"{len(grades.held)} held back, {len(grades.unchanged)} unchanged")
+    return 1 if outcome.failed else 0
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
@@ -421,12 +499,13 @@ def _add_grading_options(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="grader", description="Grade students' notebooks: lay out and hand out an assignment (new, "
-        "assign, validate), grade submissions (grade), review and publish (report, export), calibrate "
-        "the written answers' model (calibrate), check a notebook as a student would (check), "
-        "bundle for Gradescope (gradescope-bundle).",
+        "import, assign, validate), grade submissions (grade), review and publish (report, export, "
+        "publish), calibrate the written answers' model (calibrate), check a notebook as a student "
+        "would (check), bundle for Gradescope (gradescope-bundle).",
         epilog="Exit status: 0 when the command did its job (whatever the scores); 1 when validate finds "
-               "the solution or template graded wrongly, or check finds the notebook not ready; 2 when the "
-               "grader itself could not run; 128 + N when signal N stopped grade.")
+               "the solution or template graded wrongly, check finds the notebook not ready, or publish "
+               "could not post some student; 2 when the grader itself could not run; 128 + N when signal N "
+               "stopped grade or publish.")
     commands = parser.add_subparsers(dest="command", required=True)
 
     p = commands.add_parser("assign", help="write the student notebook and its check.py from a master notebook")
@@ -444,6 +523,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the assignment root to write solutions/, rubrics/ and assignments/ under (default: here); "
                         "the other commands' --assignment-root")
     p.set_defaults(run=_cmd_new)
+
+    p = commands.add_parser("import", help="an otter-assign master notebook or an nbgrader source notebook as an "
+                                           "assignment: master, rubric, student notebook and check.py")
+    p.add_argument("format", choices=("otter", "nbgrader"), help="whose format the notebook is in")
+    p.add_argument("notebook", help="otter's master notebook, or nbgrader's source notebook")
+    p.add_argument("--out", "--assignment-root", dest="out", required=True, metavar="ROOT",
+                   help="the assignment root to write solutions/, rubrics/ and assignments/ under")
+    p.add_argument("--name", help="the assignment's name (default: otter's config name, else the notebook's name)")
+    p.set_defaults(run=_cmd_import)
 
     p = commands.add_parser("grade", help="grade notebooks or folders of submissions")
     p.add_argument("paths", nargs="+", metavar="PATH")
@@ -467,6 +555,11 @@ def build_parser() -> argparse.ArgumentParser:
     llm.add_argument("--llm-guard", action="store_true",
                      help="a second opinion: one more request per answer, with no rubric, asking only whether it "
                           "addresses the grader; a yes flags it (cached, counted in the cost and the budget)")
+    p.add_argument("--similarity", choices=("on", "off"), default="on",
+                   help="on: compare the class's code and written answers, pair by pair, into DIR/similarity.json "
+                        "and DIR/similarity.html, for a person to look at (no score changes); off: skip it")
+    p.add_argument("--compare-with", nargs="+", default=[], metavar="DIR",
+                   help="earlier terms' graded folders, compared with this class (never among themselves)")
     _add_release_option(p)
     _add_grading_options(p)
     p.set_defaults(run=_cmd_grade)
@@ -484,6 +577,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--column", required=True, help="the assignment's Canvas column header, 'Name (assignment id)'")
     p.add_argument("--out", help="default: DIR/canvas_import.csv")
     p.set_defaults(run=_cmd_export)
+
+    p = commands.add_parser("publish", help="post final totals, each with the student's page, to a Canvas "
+                                            "assignment through its API (needs CANVAS_API_TOKEN); a dry run "
+                                            "unless --apply")
+    p.add_argument("dir", help="the output folder of a grade run")
+    p.add_argument("--canvas", required=True, metavar="URL", help="your Canvas's address, https://canvas.example.edu")
+    p.add_argument("--course", required=True, metavar="ID", help="the course's Canvas id (the number in its address)")
+    p.add_argument("--assignment", required=True, metavar="ID", help="the assignment's Canvas id")
+    p.add_argument("--roster", required=True, help="export's roster CSV: submission_id, then Canvas's Student, "
+                                                    "ID (the Canvas user id), SIS User ID, SIS Login ID, Section")
+    p.add_argument("--apply", action="store_true",
+                   help="post, recording each student in DIR/published.json (default: print what would change)")
+    p.set_defaults(run=_cmd_publish)
 
     p = commands.add_parser("calibrate", help="agreement of the LLM's drafts with TA-scored sample answers")
     p.add_argument("--samples", help="default: rubrics/<assignment>_calibration.yaml")

@@ -38,7 +38,8 @@ SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 #: like one would overwrite it, or be overwritten (tests check this list against the grader).
 RESERVED_IDS = frozenset({"gradebook.csv", "summary.html", "overrides.yaml", "overrides_applied.json",
                           "score_changes.json", "llm_usage.json", "llm_batch.json", "canvas_import.csv",
-                          ".llm-cache", "release.json", "queue"})
+                          ".llm-cache", "release.json", "queue", "similarity.json", "similarity.html",
+                          "published.json"})
 _HASHED_STEM_CHARS = 54      # + "-" + 8 hex digits stays within SAFE_ID's 64
 #: Folder walks stop here: deeper or larger submission folders are refused with the reason.
 MAX_DEPTH = 16

@@ -49,7 +49,7 @@ from grader.written import WRITTEN_INPUTS, inputs_artifact, screen
 EXECUTED_NOTEBOOK = "executed.ipynb"   # the graded run with its outputs, for TAs
 GRADER_ERRORS = "grader_errors.txt"    # tracebacks of checks that crashed: for instructors only
 GRADER_ERROR_NOTE = "internal grader error"
-SCAFFOLD_SOURCE = "scaffold.py"        # the student's scaffold code, for the integrity comparison
+SCAFFOLD_SOURCE = "scaffold.py"        # the student's scaffold code, for the similarity comparison
 RAW_OUTPUTS = "raw_outputs.bin"        # the kept run: what the sandboxed stages returned
 SCREENING = "screening.json"           # the written stage's grade-time flags, under the screening key
 RAW_MAGIC = b"G2C-RAW-1\n"

@@ -38,7 +38,8 @@ from grader.report.export import export_canvas
 from grader.report.overrides import APPLIED_FILE, OVERRIDES_FILE, OverrideError, read_overrides
 from grader.report.executed import EXECUTED_PAGE
 from grader.pipeline import EXECUTED_NOTEBOOK
-from grader.report.pages import MAX_LISTED_CELLS, QUEUE_FOLDER, RELEASE_FILE, REPORT_PAGE, REVIEW_PAGE, SUMMARY_PAGE
+from grader.report.pages import (MAX_LISTED_CELLS, QUEUE_FOLDER, RELEASE_FILE, REPORT_PAGE, REVIEW_PAGE, SIMILARITY_PAGE,
+                                 SUMMARY_PAGE)
 from grader.report.results import GRADEBOOK_FILE, read_results
 from grader.report.terminal import plain
 from grader.score import GradeResult, ItemResult
@@ -502,9 +503,11 @@ def _scan_pages(pages: list[Path]) -> tuple[list[str], list[str]]:
                 assert bad == [], (path, bad)
                 # in-page anchors, a submission's review page (from the summary and, one folder up,
                 # from the queue's pages), its executed page and back (between the two pages of one
-                # folder), the queue's pages (from the summary and between themselves) and the
-                # summary (from them); read in one call, not one per link
-                pair = {(REVIEW_PAGE, EXECUTED_PAGE), (EXECUTED_PAGE, REVIEW_PAGE)}
+                # folder), the queue's pages (from the summary and between themselves), the
+                # similarity page and the summary (from each other, and the summary from the
+                # queue's); read in one call, not one per link
+                pair = {(REVIEW_PAGE, EXECUTED_PAGE), (EXECUTED_PAGE, REVIEW_PAGE), (SUMMARY_PAGE, SIMILARITY_PAGE),
+                        (SIMILARITY_PAGE, SUMMARY_PAGE)}
                 queued = path.parent.name == QUEUE_FOLDER
                 for href in page.eval_on_selector_all("a[href]", "links => links.map(a => a.getAttribute('href'))"):
                     assert href.startswith("#") or (path.name, href) in pair or re.fullmatch(
@@ -527,7 +530,8 @@ def _scan_pages(pages: list[Path]) -> tuple[list[str], list[str]]:
 
 def test_no_page_runs_script(hostile):
     out = hostile[1]
-    pages = [out / SUMMARY_PAGE, *sorted(out.glob(f"*/{REPORT_PAGE}")), *sorted(out.glob(f"*/{REVIEW_PAGE}")),
+    pages = [out / SUMMARY_PAGE, out / SIMILARITY_PAGE, *sorted(out.glob(f"*/{REPORT_PAGE}")),
+             *sorted(out.glob(f"*/{REVIEW_PAGE}")),
              *sorted(out.glob(f"*/{EXECUTED_PAGE}")), *sorted((out / QUEUE_FOLDER).glob("*.html"))]
     assert len(pages) > len(list((out / QUEUE_FOLDER).glob("*.html"))) > 0
     # Two browsers, every other page each: axe's scan is most of this test, and one Chromium keeps

@@ -1,4 +1,4 @@
-"""Reports on recorded results, in process: pages, review queue, integrity, score changes,
+"""Reports on recorded results, in process: pages, review queue, similarity groups, score changes,
 the Canvas export and the terminal. (Pages of a really graded batch, in a real browser, are
 tested in test_grading.py and test_pages.py.)"""
 from __future__ import annotations
@@ -21,12 +21,12 @@ from grader.cli import main
 from grader.pipeline import EXECUTED_NOTEBOOK, GRADER_ERRORS, SCAFFOLD_SOURCE
 from grader.report.changes import CHANGES_FILE, read_changes, record_changes
 from grader.report.export import ExportError, export_canvas
-from grader.report.integrity import code_tokens, similar_groups
 from grader.report.pages import (QUEUE_FOLDER, REPORT_PAGE, REVIEW_PAGE, SUMMARY_PAGE, common_failures,
                                  override_lines, queue_page_name, review_queue, write_pages)
 from grader.report.results import GRADEBOOK_FILE, read_results, write_result
 from grader.report.terminal import RunProgress, print_scores
 from grader.score import WAITING, GradeResult, ItemResult
+from grader.similarity import flagged_groups, read_similarity, write_similarity
 from grader.written import WRITTEN_INPUTS
 
 from conftest import SCAFFOLDS
@@ -259,18 +259,21 @@ def test_summary_pass_rates_leave_pending_out_and_say_how_many(folder, assignmen
     assert f"the number pending is beside each bar ({pending} in all)" in summary
 
 
-def test_integrity_pairs_a_renamed_copy_only(folder, assignment):
-    groups = similar_groups(folder, read_results(folder))
-    assert [(g.members, g.what) for g in groups] == [(("alice", "bob"), "scaffold code")]
-    template = "\n".join(cells.source(c) for c in assignment.template.cells if cells.SCAFFOLD in cells.tags(c))
-    assert code_tokens(template.replace("self", "me")) == code_tokens(template)   # names do not matter
+def similar_on_the_summary(folder: Path, assignment) -> list[tuple[tuple[str, ...], str]]:
+    """The class compared (grader.similarity) and its pages written: the summary's groups."""
+    write_similarity(folder, read_results(folder), assignment)
     write_pages(folder, read_results(folder))
+    return [(g.members, g.what) for g in flagged_groups(read_similarity(folder))]
+
+
+def test_similarity_pairs_a_renamed_copy_only(folder, assignment):
+    assert similar_on_the_summary(folder, assignment) == [(("alice", "bob"), "code")]
     summary = page(folder / SUMMARY_PAGE)
     rows = summary.split('<table id="similar">')[1].split("</table>")[0].count("<tr><td>")
     assert rows == 1 and "alice</a>, <a" in summary
 
 
-def test_integrity_leaves_out_untouched_templates_and_pairs_copied_answers(tmp_path, assignment):
+def test_similarity_leaves_out_untouched_templates_and_pairs_copied_answers(tmp_path, assignment):
     template = "\n".join(cells.source(c) for c in assignment.template.cells if cells.SCAFFOLD in cells.tags(c))
     answer = ("The KV cache grows linearly with the number of tokens because every layer keeps "
               "a key and a value for each head, while the linear state stays fixed.")
@@ -279,14 +282,12 @@ def test_integrity_leaves_out_untouched_templates_and_pairs_copied_answers(tmp_p
         result.artifacts = {SCAFFOLD_SOURCE: template.encode(),
                             WRITTEN_INPUTS: json.dumps({"answers": {"ex5_memory_bill": text}}).encode()}
         write_result(tmp_path, result)
-    groups = similar_groups(tmp_path, read_results(tmp_path), template)
-    assert [(g.members, g.what) for g in groups] == [(("u1", "u2"), "written answer ex5_memory_bill")]
-    write_pages(tmp_path, read_results(tmp_path))   # the summary finds the template itself
+    assert similar_on_the_summary(tmp_path, assignment) == [(("u1", "u2"), "written answer ex5_memory_bill")]
     summary = page(tmp_path / SUMMARY_PAGE)
-    assert "written answer ex5_memory_bill" in summary and "scaffold code" not in summary
+    assert "written answer ex5_memory_bill" in summary and "<td>code</td>" not in summary
 
 
-def test_integrity_lists_a_ring_of_copies_as_one_group_on_the_page(tmp_path, assignment):
+def test_similarity_lists_a_ring_of_copies_as_one_group_on_the_page(tmp_path, assignment):
     template = "\n".join(cells.source(c) for c in assignment.template.cells if cells.SCAFFOLD in cells.tags(c))
     answer = ("The KV cache grows linearly with the number of tokens because every layer keeps "
               "a key and a value for each head, while the linear state stays fixed.")
@@ -298,15 +299,15 @@ def test_integrity_lists_a_ring_of_copies_as_one_group_on_the_page(tmp_path, ass
         result.artifacts = {SCAFFOLD_SOURCE: template.encode(),
                             WRITTEN_INPUTS: json.dumps({"answers": {"ex5_memory_bill": text}}).encode()}
         write_result(tmp_path, result)
-    groups = similar_groups(tmp_path, read_results(tmp_path), template)
-    assert [(g.members, g.what) for g in groups] == [(("c0", "c1", "c2", "c3", "c4"), "written answer ex5_memory_bill")]
-    assert 0.9 <= groups[0].similarity < 1
-    write_pages(tmp_path, read_results(tmp_path))
+    assert similar_on_the_summary(tmp_path, assignment) == [(("c0", "c1", "c2", "c3", "c4"),
+                                                            "written answer ex5_memory_bill")]
+    (group,) = flagged_groups(read_similarity(tmp_path))
+    assert 0.5 <= group.similarity < 1
     table = page(tmp_path / SUMMARY_PAGE).split('<table id="similar">')[1].split("</table>")[0]
     rows = table.split("<tr><td>")[1:]
     assert len(rows) == 1
     assert [name for name in texts if f">{name}</a>" in rows[0]] == ["c0", "c1", "c2", "c3", "c4"]
-    assert f"{groups[0].similarity:.3f}" in rows[0]
+    assert f"{group.similarity:.3f}" in rows[0]
 
 
 def test_score_changes_list_old_and_new_per_item(tmp_path, assignment):

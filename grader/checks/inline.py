@@ -991,6 +991,7 @@ def _judge(site: Site, sent: Any, reference: tuple[Any, ...], arrays: dict[str, 
         return "its values could not be read"
     received = iter(sent)
     values = []
+    read_as_builtin: list[str] = []   # the student's values of a subclass of a built-in type, for the message
     for position, tainted in enumerate(site.tainted):
         if not tainted:
             values.append(reference[position])
@@ -1003,6 +1004,7 @@ def _judge(site: Site, sent: Any, reference: tuple[Any, ...], arrays: dict[str, 
         if subclasses and site.kind in ("doctest", "print"):
             return (f"`{site.operands[position]}` holds a {subclasses[0]}: it prints as its class says, which the "
                     "grader does not run (return the built-in type the example shows)")
+        read_as_builtin += [f"`{site.operands[position]}` holds a {name}" for name in subclasses]
     for position in _compared(site, reference):
         problem = _layout_problem(values[position], reference[position]) if site.tainted[position] else None
         if problem:
@@ -1011,7 +1013,11 @@ def _judge(site: Site, sent: Any, reference: tuple[Any, ...], arrays: dict[str, 
         return _judge_output(site, _doctest_repr(values[0]))
     if site.kind == "print":
         return _judge_printed(site, values)
-    return _judge_skeleton(site, values)
+    problem = _judge_skeleton(site, values)
+    if problem and read_as_builtin:   # say what was caught: such a class's own ==, < or bool would have passed
+        problem += (f" ({'; '.join(read_as_builtin)}, compared as the built-in value it holds: its class's "
+                    "methods never run)")
+    return problem
 
 
 COMPARISONS = frozenset(("allclose", "isclose", "array_equal", "array_equiv", "equal", "assert_close"))

@@ -6,8 +6,10 @@ after a TA edits ``DIR/overrides.yaml``, without executing anything:
 - ``results``: ``DIR/<id>/results.json`` (Gradescope's schema) and ``DIR/gradebook.csv``
 - ``overrides``: the TA's overrides, checked, applied and audited
 - ``changes``: old -> new per item when a regrade changes a score
-- ``integrity``: near-identical submissions, for a person to look at
-- ``pages``: ``report.html`` for the student, ``review.html`` and ``summary.html`` for TAs
+- ``plots``: the class summary's plots, as inline SVG
+- ``canvas``: final totals and pages into Canvas by its API (``grader publish``)
+- ``pages``: ``report.html`` for the student, ``review.html``, ``summary.html`` and
+  ``similarity.html`` (from ``grader.similarity``'s record) for TAs
 - ``executed``: ``executed.html``, the executed notebook sanitized, for TAs
 - ``export``: gradebook CSV for an LMS (Canvas)
 - ``terminal``: progress bars and the closing table (rich)

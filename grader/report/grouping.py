@@ -57,7 +57,7 @@ def _counts(symbol: str) -> bool:
     return (unicodedata.category(symbol).startswith("S") and symbol not in _MARKUP) or symbol in _CLAIM_PUNCTUATION
 
 
-def _tokens(plain: str) -> tuple[str, ...]:
+def answer_tokens(plain: str) -> tuple[str, ...]:
     """``plain`` (already read as the detector reads it) as the tokens answers are compared by."""
     return tuple(t for t in _TOKENS.findall(plain.casefold()) if t.isascii() or t[0].isalnum() or _counts(t))
 
@@ -84,7 +84,7 @@ class _Read:
 
     @classmethod
     def of(cls, text: str) -> _Read:
-        read = [(word, key) for word in readable(text)[0].split() if (key := _tokens(word))]
+        read = [(word, key) for word in readable(text)[0].split() if (key := answer_tokens(word))]
         tokens = tuple(token for _, key in read for token in key)
         return cls(tuple(word for word, _ in read), tuple(key for _, key in read), tokens, _shingles(tokens),
                    frozenset(t for t in tokens if t not in _FUNCTION_WORDS))

@@ -48,22 +48,16 @@ shown whole.
 from __future__ import annotations
 
 import ast
-import atexit
 import functools
 import hashlib
-import io
 import json
-import os
 import re
-import shutil
 import statistics
-import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jinja2
 import markupsafe
@@ -76,42 +70,17 @@ from grader.pipeline import EXECUTED_NOTEBOOK, GRADER_ERRORS, SCAFFOLD_SOURCE
 from grader.report.changes import CHANGES_FILE, read_changes
 from grader.report.executed import MADE_FROM, cut, page_made_from, write_executed_page
 from grader.report.grouping import Change, group_answers
-from grader.report.integrity import similar_groups
 from grader.report.overrides import OVERRIDES_FILE
-from grader.report.results import RESULTS_FILE, is_pending
+from grader.report.plots import PassRate, histogram, pass_rates_svg
+from grader.report.results import RESULTS_FILE
 from grader.rubric import WRITTEN_TAG
 from grader.score import NOT_SUBMITTED, WAITING, GradeResult, ItemResult, review_state
+from grader.similarity import MAX_PASSAGE_CHARS, MAX_PASSAGES, SIMILARITY_FILE, flagged_groups, read_similarity
 from grader.written import USAGE_FILE, WRITTEN_INPUTS
 from grader.written.prompt import MAX_ANSWER_CHARS, MAX_QUOTES   # an answer on its pages: as much as the model reads
 
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
-
-
-@functools.cache
-def _matplotlib() -> ModuleType:
-    """matplotlib, imported when the first plot is drawn (a grading worker imports this module
-    and draws none). It caches its font list in ~/.cache and ~/.config when it is imported: a
-    grader run leaves nothing outside its output folder, so the cache lives in a temporary
-    folder removed at exit (unless MPLCONFIGDIR says otherwise)."""
-    if "MPLCONFIGDIR" not in os.environ:
-        folder = tempfile.mkdtemp(prefix="g2c-matplotlib-")
-        atexit.register(shutil.rmtree, folder, True)
-        os.environ["MPLCONFIGDIR"] = folder
-    import matplotlib.figure
-    import matplotlib.ticker
-    return matplotlib
-
-
-def load_matplotlib(folder: Path) -> None:
-    """Import matplotlib now (about a second, its font list included), caching that list in
-    ``folder`` unless MPLCONFIGDIR says otherwise: ``grader grade`` does it beside its workers
-    (``grade_batch``'s meanwhile), so that the summary's plots are drawn at once."""
-    os.environ.setdefault("MPLCONFIGDIR", str(folder))
-    _matplotlib()
-
-
 REPORT_PAGE = "report.html"
+SIMILARITY_PAGE = "similarity.html"
 RELEASE_FILE = "release.json"   # the folder's release state, kept between runs
 REVIEW_PAGE = "review.html"
 SUMMARY_PAGE = "summary.html"
@@ -135,6 +104,12 @@ CONFIDENCE_STEPS = (0.9, 0.8, 0.7)   # drafts at or above one of these are accep
 MAX_LISTED_CELLS = 20           # raising cells; the page says how many more raised
 MAX_LISTED_STAGES = 100         # timing rows (one per code cell that ran); the page says how many more
 MAX_LISTED_ATTEMPTS = MAX_ATTEMPTS   # attempts on the grader, as many as a submission's reading keeps
+MAX_SIMILAR_GROUPS = 100        # the summary's groups of flagged pairs; similarity.html has every pair
+MAX_SHOWN_PAIRS = 50            # flagged pairs similarity.html shows with their passages (the rest in a table)
+MAX_LISTED_PAIRS = 200          # rows of similarity.html's table of reported pairs
+MAX_SHOWN_PASSAGES = MAX_PASSAGES   # passages a pair shows: what similarity.json keeps
+MAX_SOURCE_ID_CHARS = 200       # a compared source's name as shown (an earlier term's folder can be long)
+CUT_NOTICE_CHARS = 120          # characters ``cut`` adds to say what it cut
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # A number standing alone (not the 64 of float64 or the 1 of ex1), for grouping messages.
 # A number in a message, masked as # wherever messages are grouped: not inside a name (float64,
@@ -165,12 +140,21 @@ def _review_anchor(submission_id: str, anchor: str = "", up: str = "") -> markup
     return markupsafe.Markup('<a href="{}">{}</a>').format(up + link, submission_id)
 
 
+def _similarity_anchor(source_id: str) -> markupsafe.Markup:
+    """A compared source on the similarity pages: a submission of the class links to its review
+    page; one of an earlier term (``<folder>/<id>``) is its name, cut."""
+    if SAFE_ID.fullmatch(source_id):
+        return _review_anchor(source_id)
+    return markupsafe.escape(cut(source_id, MAX_SOURCE_ID_CHARS, SIMILARITY_FILE))
+
+
 _templates.globals["review_anchor"] = _review_anchor
+_templates.globals["similarity_anchor"] = _similarity_anchor
 _templates.filters["cut"] = cut
 _templates.globals.update(MAX_ROW_ITEMS=MAX_ROW_ITEMS, MAX_EXCERPT_CHARS=MAX_EXCERPT_CHARS,
                           MAX_TEXT_CHARS=MAX_TEXT_CHARS, MAX_LINE_CHARS=MAX_LINE_CHARS,
                           MAX_ANSWER_CHARS=MAX_ANSWER_CHARS, MAX_LISTED_STAGES=MAX_LISTED_STAGES,
-                          MAX_LISTED_ATTEMPTS=MAX_LISTED_ATTEMPTS,
+                          MAX_LISTED_ATTEMPTS=MAX_LISTED_ATTEMPTS, MAX_SIMILAR_GROUPS=MAX_SIMILAR_GROUPS,
                           EXECUTED_NOTEBOOK=EXECUTED_NOTEBOOK, RESULTS_FILE=RESULTS_FILE,
                           WRITTEN_INPUTS=WRITTEN_INPUTS, MAX_QUOTES=MAX_QUOTES, MAX_CAUSE_ITEMS=MAX_CAUSE_ITEMS, review_state=review_state,
                           WAITING=WAITING)
@@ -298,13 +282,43 @@ def write_pages(out_dir: Path, results: list[GradeResult], release: str = "none"
     summary = out_dir / SUMMARY_PAGE
     summary_inputs = _out_dir_inputs(out_dir) + b"".join(summarized[sid] for sid in sorted(summarized))
     made_from = f"{hashlib.sha256(summary_inputs).hexdigest()} {_page_code_digest()}"
-    if page_made_from(summary) != made_from:   # its plots and the similarity search cost seconds
+    if page_made_from(summary) != made_from:   # its plots cost seconds
         context = summary_context(out_dir, results, root)
         _write_queue_pages(out_dir, context["queue_pages"])   # drawn from the same inputs as the summary
         html = _templates.get_template("summary.html.j2").render(**context)
         summary.write_text(f"<!-- {MADE_FROM} {made_from} -->\n" + html)
     pages.append(summary)
-    return pages
+    similarity = write_similarity_page(out_dir, results[0].assignment if results else "")
+    return pages + ([similarity] if similarity else [])
+
+
+def write_similarity_page(out_dir: Path, assignment: str) -> Path | None:
+    """SIMILARITY_PAGE from the folder's SIMILARITY_FILE (None when the class was not compared):
+    each flagged pair with its passages side by side, the highest ``MAX_SHOWN_PAIRS``, then a
+    table of the reported pairs; at most ``similarity_page_bound()`` bytes."""
+    record = read_similarity(out_dir)
+    if record is None:
+        return None
+    pairs = [p for p in record["pairs"] if isinstance(p, dict)]
+    flagged = [p for p in pairs if p.get("flagged")]
+    compared = record.get("compared") if isinstance(record.get("compared"), dict) else {}
+    page = out_dir / SIMILARITY_PAGE
+    page.write_text(_templates.get_template("similarity.html.j2").render(
+        assignment=assignment, shown=flagged[:MAX_SHOWN_PAIRS], flagged=len(flagged), listed=pairs[:MAX_LISTED_PAIRS],
+        reported=len(pairs), record={**record, "compared": compared}, summary=SUMMARY_PAGE,
+        similarity_file=SIMILARITY_FILE, max_passages=MAX_SHOWN_PASSAGES, max_chars=MAX_PASSAGE_CHARS))
+    return page
+
+
+def similarity_page_bound() -> int:
+    """SIMILARITY_PAGE's size bound in bytes, whatever submissions hold: a shown character is at
+    most 5 bytes (``&amp;``), a cut adds its notice (``CUT_NOTICE_CHARS``), plus markup: 20 KB a
+    page, 1 KB a shown pair and 300 bytes a listed one. Question ids are the rubric's."""
+    side = MAX_PASSAGE_CHARS + CUT_NOTICE_CHARS
+    source = MAX_SOURCE_ID_CHARS + CUT_NOTICE_CHARS
+    shown = 2 * MAX_SHOWN_PASSAGES * side + 4 * source
+    return (5 * (MAX_SHOWN_PAIRS * shown + MAX_LISTED_PAIRS * 2 * source) + 20_000 + 1000 * MAX_SHOWN_PAIRS
+            + 300 * MAX_LISTED_PAIRS)
 
 
 def _stat_line(path: Path) -> bytes:
@@ -329,8 +343,9 @@ def _page_inputs(folder: Path, result: GradeResult, release: str, executed_note:
 
 
 def _out_dir_inputs(out_dir: Path) -> bytes:
-    """The output folder's own files that summary.html shows (score changes, the model's usage)."""
-    return b"".join(_stat_line(out_dir / name) for name in (CHANGES_FILE, USAGE_FILE))
+    """The output folder's own files that summary.html shows (score changes, the model's usage,
+    the similarity groups)."""
+    return b"".join(_stat_line(out_dir / name) for name in (CHANGES_FILE, USAGE_FILE, SIMILARITY_FILE))
 
 
 @functools.lru_cache(maxsize=8)
@@ -802,14 +817,15 @@ def summary_context(out_dir: Path, results: list[GradeResult], root: Path | None
         "results": ordered, "generated": _now(), "count": len(ordered),
         "max_score": max((r.max_score for r in ordered), default=0),
         "mean": statistics.fmean(scores) if scores else 0, "median": statistics.median(scores) if scores else 0,
-        "histogram_svg": _histogram(scores, max((r.max_score for r in ordered), default=1)),
-        "pass_rate_svg": _pass_rates(pass_rates), "pass_rates": pass_rates,
+        "histogram_svg": histogram(scores, max((r.max_score for r in ordered), default=1)),
+        "pass_rate_svg": pass_rates_svg(pass_rates), "pass_rates": pass_rates,
         "failures": common_failures(attempted), "queue_pages": queue_pages(ordered, queue, root),
         "not_attempted": sorted(idle), "waiting_entries": len(queue),
         "waiting_submissions": len({e.submission_id for e in queue}),
         "usage": usage, "times": times, "mean_time": statistics.fmean(times) if times else 0,
         "changes": read_changes(out_dir),
-        "similar": similar_groups(out_dir, ordered, template_code),
+        "similar": flagged_groups(record) if (record := read_similarity(out_dir)) is not None else None,
+        "similarity_page": SIMILARITY_PAGE,
         "overridden": overridden, "overrides_file": OVERRIDES_FILE, "tampering": tampering,
         "assignment": ordered[0].assignment if ordered else "",
     }
@@ -821,73 +837,6 @@ def _template_scaffold(assignment: str, root: Path = PROJECT_ROOT) -> str | None
     if template.check_files():
         return None
     return "\n".join(cells.source(c) for c in template.template.cells if cells.SCAFFOLD in cells.tags(c)) or None
-
-
-def _svg(figure: Figure) -> str:
-    """The figure as an inline <svg> element (no XML prolog, no date, stable ids)."""
-    buffer = io.StringIO()
-    figure.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
-    text = buffer.getvalue()
-    return text[text.index("<svg"):]
-
-
-def _histogram(scores: list[float], max_score: float) -> str:
-    figure = _matplotlib().figure.Figure(figsize=(6.5, 2.6))
-    axes = figure.add_subplot()
-    bins = min(20, max(5, len(scores)))
-    axes.hist(scores, bins=bins, range=(0, max(max_score, 1)), color="#3a6ea5", edgecolor="white")
-    axes.set_xlabel("score")
-    axes.set_ylabel("submissions")
-    axes.yaxis.set_major_locator(_matplotlib().ticker.MaxNLocator(integer=True))
-    axes.spines[["top", "right"]].set_visible(False)
-    return _svg(figure)
-
-
-@dataclass(frozen=True)
-class PassRate:
-    """One item across the class: a pending item (no score yet) counts neither as passed nor as
-    failed, so the rate is passed / graded and the pending count is said beside it."""
-
-    name: str
-    passed: int
-    graded: int      # items with a score: passed, failed or error
-    pending: int
-
-    @classmethod
-    def of(cls, name: str, group: list[ItemResult]) -> PassRate:
-        pending = sum(map(is_pending, group))
-        return cls(name, sum(i.status == "passed" for i in group), len(group) - pending, pending)
-
-    @property
-    def rate(self) -> float | None:
-        return self.passed / self.graded if self.graded else None
-
-    @property
-    def label(self) -> str:
-        """The text beside the bar."""
-        shown = (f"{self.rate:.0%} ({self.passed} of {self.graded})" if self.rate is not None
-                 else "none graded yet")
-        return shown + (f", {self.pending} pending" if self.pending else "")
-
-
-def _pass_rates(rates: list[PassRate]) -> str:
-    """Horizontal bars of passed / graded per item, each labelled with its rate and pending
-    count. The labels are SVG text (not glyph outlines), so they can be read, found and copied."""
-    figure = _matplotlib().figure.Figure(figsize=(6.5, 0.28 * max(len(rates), 1) + 0.8))
-    axes = figure.add_subplot()
-    ordered = rates[::-1]
-    bars = axes.barh([r.name for r in ordered], [100 * (r.rate or 0) for r in ordered], color="#5a9a5a")
-    for bar, rate in zip(bars, ordered):
-        bar.set_gid(f"bar-{rate.name}")
-        text = axes.annotate(rate.label, (bar.get_width(), bar.get_y() + bar.get_height() / 2),
-                             xytext=(4, 0), textcoords="offset points", va="center", fontsize=7)
-        text.set_gid(f"rate-{rate.name}")
-    axes.set_xlim(0, 100)
-    axes.set_xlabel("% of graded submissions passed (pending items not counted)")
-    axes.tick_params(axis="y", labelsize=8)
-    axes.spines[["top", "right"]].set_visible(False)
-    with _matplotlib().rc_context({"svg.fonttype": "none"}):   # this figure only; the histogram keeps the default
-        return _svg(figure)
 
 
 def _answers(folder: Path) -> dict[str, str]:
