@@ -14,10 +14,11 @@ import pytest
 
 from grader import cells
 from grader.checks import Verdict
+from grader.checks.linear_attention.cases import GRADING_RUN_CASE
 from grader.checks.linear_attention.decay_inspection import DECAY_ITEMS
 from grader.probe import ProbeResult
 
-from probe_in_process import assert_measured_both_ways, exercise_probe, exercise_verdicts
+from probe_in_process import assert_measured_both_ways, exercise_probe, exercise_verdicts, scaffold_probe
 
 CELLS = Path(__file__).parent / "decay_inspections"
 NORMS, LEARNED = DECAY_ITEMS
@@ -65,3 +66,47 @@ def test_an_exercise_left_undone_or_missing_fails_with_the_reason(assignment):
     undone = verdicts_of(assignment, exercise_probe(assignment, "state_norms", todo, CASES))
     assert {v.status for v in undone.values()} == {"failed"}
     assert all("raised NotImplementedError: TODO" in v.message for v in undone.values()), undone
+
+
+# Honest at the grader's sizes, wrong at the notebook's: halved norms for 512 tokens, and a fixed
+# 0.9 for models that were trained (their parameters hold gradients; the grader's own are fresh).
+ONLY_AT_THE_NOTEBOOKS_SIZES = '''
+
+def state_norms(layer, inputs, logits):
+    found = _honest_state_norms(layer, inputs, logits)
+    if inputs.shape[1] >= 512:
+        return {label: [value / 2 for value in norms] for label, norms in found.items()}
+    return found
+
+
+def learned_decays(models):
+    found = _honest_learned_decays(models)
+    if any(p.grad is not None for model in models.values() for p in model.parameters()):
+        return {name: [[0.9] * len(row) for row in rows] for name, rows in found.items()}
+    return found
+'''
+
+
+def test_functions_honest_only_at_the_graders_sizes_lose_their_items_in_the_grading_run(assignment):
+    """Exercise 4's functions called as the notebook's run cell calls them, in the grading run:
+    a cheat that answers right on the grader's own layer and models loses both items there, with
+    the reason; every correct cell keeps both."""
+    honest = next(cells.source(c) for c in assignment.master.cells if c.id == "ex4-decay").replace(
+        "def state_norms(", "def _honest_state_norms(").replace("def learned_decays(", "def _honest_learned_decays(")
+    cheat = scaffold_probe(assignment, {"state_norms": honest + ONLY_AT_THE_NOTEBOOKS_SIZES}, (*CASES, GRADING_RUN_CASE))
+    alone = ProbeResult(cheat.import_status, cheat.import_error,
+                        {k: v for k, v in cheat.cases.items() if k != GRADING_RUN_CASE})
+    assert {v.status for v in verdicts_of(assignment, alone).values()} == {"passed"}   # the cheat hides there
+    caught = verdicts_of(assignment, cheat)
+    for item, words in ((NORMS, "state_norms['50'] after 1, 8, 64, 128, 256, 512 tokens is"),
+                        (LEARNED, "learned_decays['all_linear'] of the trained model is")):
+        print(f"\n{item}: {caught[item].message[:220]}")
+        assert caught[item].status == "failed", caught[item].message
+        assert "in the grader's run of the notebook's Exercise 4 cell" in caught[item].message and \
+            words in caught[item].message, caught[item].message
+    kept = {path.stem: verdicts_of(assignment, scaffold_probe(assignment, {"state_norms": path.read_text()},
+                                                              (*CASES, GRADING_RUN_CASE)))
+            for path in sorted(CELLS.glob("correct_*.py"))}
+    print(f"correct Exercise 4 cells keeping both items beside the grading run: "
+          f"{sum(all(v.status == 'passed' for v in found.values()) for found in kept.values())} of {len(kept)}")
+    assert all(v.status == "passed" for found in kept.values() for v in found.values()), kept

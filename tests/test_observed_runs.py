@@ -367,14 +367,36 @@ def test_training_that_cheats_only_beside_torchs_optimizers_loses_its_item(assig
         assert "a loss was backpropagated without a forward pass the grader sees" in verdict.message
 
 
+def test_a_loss_that_scores_every_position_only_beside_torchs_optimizer_loses_its_item(assignment):
+    """Exercise 3 scoring the queries alone beside the item's own case's stand-ins, and next-token
+    prediction over every position where torch's own AdamW trains (the notebook's run, and the
+    grader's run of its cell): recall_query_loss passes on its own case and fails through the
+    grading run, naming the positions."""
+    cell = (Path(__file__).parent / "recalls" / "correct_masked_loss.py").read_text()
+    anchor = "        targets[:, 2 * RECALL_NUM_PAIRS:] = answers\n"
+    assert cell.count(anchor) == 1
+    cheat = cell.replace(anchor, anchor + _only_when_real("        targets[:, :-1] = tokens[:, 1:]", "        ") + "\n")
+    probe = _exercise_and_grading_run(assignment, "train_recall", cheat, "recall_training")
+    alone = ProbeResult(probe.import_status, probe.import_error,
+                        {k: v for k, v in probe.cases.items() if k != GRADING_RUN_CASE})
+    item = "recall_query_loss"
+    assert exercise_verdicts(assignment, alone, (item,))[item].status == "passed"   # the cheat hides there
+    verdict = exercise_verdicts(assignment, probe, (item,))[item]
+    print(f"\n{item} {verdict.status}: {verdict.message[:200]}")
+    assert verdict.status == "failed" and "in the grader's run of the notebook's Exercise 3 cell" in verdict.message
+    assert "which are not queries" in verdict.message, verdict.message
+
+
 def test_the_correct_trainings_keep_their_items_in_the_grading_run_too(assignment):
     """The correct corpora, judged with the grading run beside their own case: no item lost."""
     corpora = [("train_and_compare", p, "training", "training_same_batches")
                for p in sorted(TRAININGS.glob("correct_*.py"))]
-    corpora += [("train_recall", p, "recall_training", "recall_batches")
-                for p in sorted((Path(__file__).parent / "recalls").glob("correct_*.py"))]
-    graded = {p.stem: exercise_verdicts(assignment, _exercise_and_grading_run(assignment, symbol, p.read_text(), case),
-                                        (item,))[item] for symbol, p, case, item in corpora}
+    corpora += [("train_recall", p, "recall_training", item)
+                for p in sorted((Path(__file__).parent / "recalls").glob("correct_*.py"))
+                for item in ("recall_batches", "recall_query_loss")]
+    graded = {f"{p.stem}: {item}": exercise_verdicts(
+        assignment, _exercise_and_grading_run(assignment, symbol, p.read_text(), case), (item,))[item]
+        for symbol, p, case, item in corpora}
     passed = [name for name, verdict in graded.items() if verdict.status == "passed"]
     print(f"\ncorrect training cells keeping their item beside the grading run: {len(passed)} of {len(graded)}")
     assert len(passed) == len(graded), {n: v.message for n, v in graded.items() if v.status != "passed"}

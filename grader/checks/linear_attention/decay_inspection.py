@@ -15,8 +15,11 @@ from typing import Any, Callable
 import numpy as np
 
 from grader.checks import CheckContext, Verdict
-from grader.checks.linear_attention.cases import DECAY_NORMS, LEARNED_DECAYS, learned_logits, probe_cases
+from grader.checks.linear_attention.cases import (DECAY_NORMS, GRADING_RUN, GRADING_RUN_CASE, LEARNED_DECAYS,
+                                                  learned_logits, probe_cases)
 from grader.checks.linear_attention.items import exercise_run, not_judged
+from grader.checks.linear_attention.observed import observed_decays
+from grader.checks.linear_attention.training import also_in_grading_run, in_grading_run
 
 DECAY_ITEMS = ("decay_state_norms", "decay_learned")
 # Norms and decays are computed in float32 by the student's code and in float64 here from the
@@ -25,8 +28,63 @@ RTOL = 1e-4
 
 
 def decay_checks(context: CheckContext) -> dict[str, Callable[[], Verdict]]:
-    return {"decay_state_norms": lambda: judge_state_norms(context),
-            "decay_learned": lambda: judge_learned_decays(context)}
+    return {"decay_state_norms": lambda: also_in_grading_run(judge_state_norms(context),
+                                                             grading_run_norms_problem(context)),
+            "decay_learned": lambda: also_in_grading_run(judge_learned_decays(context),
+                                                         grading_run_learned_problem(context))}
+
+
+def _run_cell_record(context: CheckContext) -> dict[str, Any]:
+    """What the grading run's Exercise 4 run cell got back from the two functions ({} without it)."""
+    out = context.probe.cases.get(GRADING_RUN_CASE) if context.probe is not None else None
+    record = out.info.get("decay") if out is not None and out.status == "ok" else None
+    return record if isinstance(record, dict) else {}
+
+
+def grading_run_norms_problem(context: CheckContext) -> str | None:
+    """state_norms as the notebook's run cell calls it, at its sizes (512 tokens, its logits): the
+    norms it returns at the printed token counts are those of the layer's own steps from a fresh
+    state, which the grader measured in the same run (None: they are, or there is nothing to
+    compare)."""
+    figures = observed_decays(context)
+    record = _run_cell_record(context)
+    if figures is None or figures[0] is None or not record:
+        return None
+    where = f"{in_grading_run('Exercise 4')}, "
+    if "state_norms_error" in record:
+        return f"{where}state_norms raised: {record['state_norms_error']}"
+    returned = record.get("state_norms")
+    positions = GRADING_RUN["norms"]["positions"]
+    for label, measured in figures[0].items():
+        got = (returned or {}).get(label)
+        expected = [measured[n] for n in positions]
+        if got is None or not np.allclose(got, expected, rtol=RTOL, atol=0):
+            return (f"{where}state_norms[{label!r}] after {', '.join(map(str, positions))} tokens is "
+                    f"{_rounded([got])[0] if got else _kind(got)}; the layer's own steps from a fresh state give "
+                    f"{_rounded([expected])[0]}, though the grader's own call of the function agreed: compute the "
+                    "norms the same way however many tokens and settings you are given")
+    return None
+
+
+def grading_run_learned_problem(context: CheckContext) -> str | None:
+    """learned_decays on the Exercise 2 models, as the notebook's run cell calls it: sigmoid of each
+    trained linear layer's gamma_logit, bottom to top (None: so, or nothing to compare)."""
+    figures = observed_decays(context)
+    record = _run_cell_record(context)
+    if figures is None or figures[1] is None or not record:
+        return None
+    where = f"{in_grading_run('Exercise 4')}, "
+    if "learned_decays_error" in record:
+        return f"{where}learned_decays raised: {record['learned_decays_error']}"
+    returned = record.get("learned_decays") or {}
+    for name, expected in figures[1].items():
+        got = returned.get(name)
+        if got is None or [len(row or []) for row in got] != [len(row) for row in expected] or not all(
+                np.allclose(g, e, rtol=RTOL, atol=0) for g, e in zip(got, expected)):
+            return (f"{where}learned_decays[{name!r}] of the trained model is {_rounded(got) if got else _kind(got)}; "
+                    f"its linear layers hold the decays {_rounded(expected)}, bottom to top, though the grader's own "
+                    "call of the function agreed: read each model's own gamma_logit")
+    return None
 
 
 def judge_state_norms(context: CheckContext) -> Verdict:

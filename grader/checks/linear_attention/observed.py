@@ -176,12 +176,29 @@ def _recall_results(context: CheckContext) -> dict[str, Any] | None:
 
 
 def _decay_results(context: CheckContext) -> dict[str, Any] | None:
+    figures = observed_decays(context)
+    if figures is None:
+        return None
+    norms, decays = figures
+    if norms is None and decays is None:
+        return None
+    return {"state_norms_after_tokens": None if norms is None else
+            {label: {str(n): round(v, 4) for n, v in found.items()} for label, found in norms.items()},
+            "learned_decays": None if decays is None else
+            {name: [[round(v, 4) for v in row] for row in layers] for name, layers in decays.items()}}
+
+
+def observed_decays(context: CheckContext) -> tuple[dict[str, dict[int, float]] | None,
+                                                    dict[str, list[list[float]]] | None] | None:
+    """Exercise 4's figures as the grader measured them in the grading run: ||S||_F after each
+    printed token count per decay logit (None when stepping failed), and each trained model's
+    per-head decays, bottom to top (None when Exercise 2 failed); None without the run."""
     run = _grading_run(context)
     if run is None:
         return None
     info, arrays = run
     errors = info.get("errors") or {}
-    norms: dict[str, dict[str, float]] | None = None
+    norms: dict[str, dict[int, float]] | None = None
     if "norms" not in errors:
         norms = {}
         for label in GRADING_RUN["norms"]["logits"]:
@@ -189,7 +206,7 @@ def _decay_results(context: CheckContext) -> dict[str, Any] | None:
             if any(s is None for s in states):
                 norms = None
                 break
-            norms[label] = {str(n): round(float(np.sqrt((s.astype(np.float64) ** 2).sum())), 4)
+            norms[label] = {n: float(np.sqrt((s.astype(np.float64) ** 2).sum()))
                             for n, s in zip(GRADING_RUN["norms"]["positions"], states)}
     decays: dict[str, list[list[float]]] | None = None
     if "training" not in errors:
@@ -199,8 +216,5 @@ def _decay_results(context: CheckContext) -> dict[str, Any] | None:
             if any(v is None for v in logits):
                 decays = None
                 break
-            decays[name] = [[round(float(1 / (1 + np.exp(-v))), 4) for v in logit.ravel()] for logit in logits]
-    if norms is None and decays is None:
-        return None
-    return {"state_norms_after_tokens": norms, "learned_decays": decays}
-
+            decays[name] = [[float(1 / (1 + np.exp(-v))) for v in logit.astype(np.float64).ravel()] for logit in logits]
+    return norms, decays

@@ -832,7 +832,7 @@ def case_grading_run(module, inputs, config):
     tokens = _clone(tokens)
     save_output("recall.tokens", tokens.to(dtype=_FLOAT64))
     trained = {}
-    with ObservedForwards(module) as observed:
+    with ObservedForwards(module, gradients=True) as observed:   # recall_query_loss reads where the loss reached
         recall_calls = observed.calls
         try:
             for name, pattern in config["patterns"].items():
@@ -864,7 +864,32 @@ def case_grading_run(module, inputs, config):
     except Exception as exc:  # noqa: BLE001 - the exercise's failure is a finding
         errors["norms"] = describe_error(exc)
     return {"errors": errors, "models": models, "calls": training_calls,
-            "recall": {"models": recall_models, "calls": recall_calls}}
+            "recall": {"models": recall_models, "calls": recall_calls},
+            "decay": _run_cell_decays(module, norms, trained_models=module.__dict__.get("STORY_MODELS"))}
+
+
+def _run_cell_decays(module, norms, trained_models):
+    """Exercise 4's two functions as its run cell calls them (``decay_layer``, ``decay_inputs``,
+    the notebook's logits; the Exercise 2 models): what each returned, the norms at the positions
+    the notebook prints, or why it raised."""
+    found = {}
+    try:
+        returned = module.state_norms(module.decay_layer, module.decay_inputs, _dict(norms["logits"]))
+        found["state_norms"] = {label: _numbers([row[n - 1] for n in norms["positions"]])
+                                if _isinstance(row := returned.get(label), (_list, tuple)) and
+                                _len(row) >= norms["positions"][-1] else None for label in norms["logits"]} \
+            if _isinstance(returned, _dict) else None
+    except Exception as exc:  # noqa: BLE001 - the function's failure is a finding
+        found["state_norms_error"] = describe_error(exc)
+    if trained_models is not None:
+        try:
+            returned = module.learned_decays(trained_models)
+            found["learned_decays"] = {name: [_numbers(row) for row in layers]
+                                       if _isinstance(layers := returned.get(name), (_list, tuple)) else None
+                                       for name in trained_models} if _isinstance(returned, _dict) else None
+        except Exception as exc:  # noqa: BLE001 - the function's failure is a finding
+            found["learned_decays_error"] = describe_error(exc)
+    return found
 
 
 HANDLERS = {"forward": case_forward, "steps": case_steps, "state_growth": case_state_growth,

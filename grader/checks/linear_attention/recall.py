@@ -26,7 +26,8 @@ from grader.checks import CheckContext, Verdict
 from grader.checks.linear_attention.cases import GRADING_RUN, RECALL_PAIRS, RECALL_TRAINING, recall_queries
 from grader.checks.linear_attention.items import exercise_run
 from grader.checks.linear_attention.training import (Draws, also_in_grading_run, grading_run,
-                                                     grading_run_batches_problem, seeded_draws, unobserved_gradients)
+                                                     grading_run_batches_problem, in_grading_run, seeded_draws,
+                                                     unobserved_gradients)
 from grader.reference import reference_namespace
 
 RECALL_ITEMS = ("recall_batches", "recall_query_loss", "recall_scoring")
@@ -36,7 +37,8 @@ ATOL = 1e-6   # accuracies are shares of at most a few hundred answers: any misc
 
 def recall_checks(context: CheckContext) -> dict[str, Callable[[], Verdict]]:
     return {"recall_batches": lambda: also_in_grading_run(_trained(context, _batches), grading_run_problem(context)),
-            "recall_query_loss": lambda: _trained(context, _query_loss),
+            "recall_query_loss": lambda: also_in_grading_run(_trained(context, _query_loss),
+                                                             grading_run_query_problem(context)),
             "recall_scoring": lambda: judge_scoring(context)}
 
 
@@ -121,9 +123,21 @@ def _spans(positions: list[int]) -> str:
     return f"position {listed}" if len(positions) == 1 else f"positions {listed}"
 
 
+def grading_run_query_problem(context: CheckContext) -> str | None:
+    """Exercise 3's loss in the grading run (``training.grading_run``), at the notebook's sizes:
+    every training step's gradient reached the query positions only, each at its answer."""
+    record = grading_run(context, "recall")
+    if record is None:
+        return None
+    verdict = _query_loss(context.master_path, record)
+    return None if verdict.status == "passed" else f"{in_grading_run('Exercise 3')}, {verdict.message}"
+
+
 def _query_loss(master_path: Path, info: dict[str, Any]) -> Verdict:
+    """Whether every training step of each model of ``info`` scored the queries only, each
+    against its answer."""
     queries = list(QUERIES)
-    for name in RECALL_TRAINING["patterns"]:
+    for name in info["models"]:
         for step, call in enumerate(_training_steps(info, name), 1):
             gradient, tokens = call.get("gradient"), call["tokens"] or []
             where = f"{name}'s training step {step}"

@@ -67,10 +67,16 @@ def seeded_draws(draw: Callable[[torch.Generator], torch.Tensor], count: int, se
     return tuple(tuple(tuple(row) for row in draw(generator).tolist()) for _ in range(count))
 
 
+def in_grading_run(exercise: str) -> str:
+    """Where a grading-run problem was seen, as its message says it."""
+    return (f"in the grader's run of the notebook's {exercise} cell (grading mode: the notebook's data, sizes, seeds "
+            "and optimizers)")
+
+
 def grading_run_batches_problem(record: dict[str, Any], draws: Draws, exercise: str) -> str | None:
     """Whether each model of a grading-run ``record`` trained on exactly the seed's ``draws``, in
     order, every gradient from an observed forward (None: it did)."""
-    where = f"in the grader's run of the notebook's {exercise} cell (grading mode, AdamW as the notebook builds it)"
+    where = in_grading_run(exercise)
     for name, model in record["models"].items():
         seen = tuple(tuple(_rows(call)) for call in record.get("calls") or ()
                      if call.get("model") == model.get("index") and call.get("training"))
