@@ -76,10 +76,12 @@ NEITHER = {
     "check_template.py": "the students' check.py, never run by the grader",
     "validate.py": "checks the master against the checks before a class is graded",
     "gradescope.py": "packages the grader for Gradescope; runs nothing itself",
+    "importers/*.py": "turn a peer's notebook into an assignment, whose files are digested as any assignment's",
+    "similarity.py": "compares the graded submissions after grading; it changes no result",
 }
 LIBRARIES = ("numpy", "torch", "nbformat", "nbclient", "ipykernel")
 SCREENING_FILES = ("written/*.py",)
-SCREENING_LIBRARIES = ("confusable-homoglyphs",)   # the detector's look-alike table
+SCREENING_LIBRARIES = ("confusable-homoglyphs", "pyspellchecker")   # the look-alike table, the word lists
 
 
 def _expand(patterns: tuple[str, ...], root: Path) -> set[Path]:
