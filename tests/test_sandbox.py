@@ -96,8 +96,8 @@ def test_nothing_outside_scratch_can_be_written(tmp_path: Path) -> None:
 
 
 def test_repo_hidden_checks_and_shared_are_invisible_but_torch_works_on_one_thread(tmp_path: Path) -> None:
-    assert (PACKAGE / "sandbox.py").is_file()
-    secrets = [PACKAGE / "sandbox.py", REPO / "pyproject.toml", SHARED / "DESIGN.md"]
+    assert (PACKAGE / "sandbox" / "__init__.py").is_file()
+    secrets = [PACKAGE / "sandbox" / "__init__.py", REPO / "pyproject.toml", SHARED / "DESIGN.md"]
     result = run_script(tmp_path, f"""
         import os, sys
         for path in {[str(s) for s in secrets]!r}:

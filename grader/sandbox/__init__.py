@@ -806,8 +806,8 @@ def _python_paths() -> list[Path]:
 
 
 def _package_dir() -> Path:
-    """This package's folder: it holds the hidden checks and must never be visible."""
-    return Path(__file__).resolve().parent
+    """The grader package's folder: it holds the hidden checks and must never be visible."""
+    return Path(__file__).resolve().parent.parent
 
 
 def _is_within(path: Path, root: Path) -> bool:
