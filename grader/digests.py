@@ -20,7 +20,7 @@ EXECUTION (what runs and what raw outputs come back; a change runs every submiss
   - the checks module's ``PROBE_DRIVER`` file, and the probe cases as data (names, kinds,
     configs, input arrays, kept outputs, segments, groups: ``probe_cases_digest``): its own and
     the test cells' rewritten programs (``grader.checks.inline``), so a change to ``cases.py``
-    or ``inline.py`` that changes no case is evaluation only;
+    or ``inline/`` that changes no case is evaluation only;
   - the master and template notebooks' bytes (``Assignment.fingerprint``), and the rubric's
     limits, answer variables and checks module name;
   - the Python version and the versions of the libraries the run uses (``LIBRARIES``).
