@@ -39,6 +39,7 @@ import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache, wraps
+from collections.abc import Iterable
 from typing import Any, Callable
 
 PROVIDED = "provided"
@@ -178,6 +179,50 @@ def code_cell_label(number: int, execution_count: int | None = None, first: str 
     details = [f"In[{execution_count}]"] if execution_count is not None else []
     details += [f"`{first}`"] if first else []
     return f"code cell {number}" + (f" ({', '.join(details)})" if details else "")
+
+
+@dataclass(frozen=True)
+class ExecutedCell:
+    """A code cell of an executed notebook, as written inside the sandbox: read as data."""
+
+    index: int                      # its position among all the notebook's cells
+    number: int                     # its place among the code cells, from 1, as the student counts them
+    source: str
+    execution_count: int | None     # the traceback's In[n]
+    outputs: tuple[dict, ...]       # its outputs that are objects
+    cell_id: str
+
+
+def executed_code_cells(data: bytes | str | None) -> list[ExecutedCell]:
+    """The code cells of an executed notebook's JSON text, in order; none when it is not a
+    notebook. Every field is checked for its type: the notebook was written by student code."""
+    try:
+        notebook = json.loads(data or b"{}")
+    except (ValueError, RecursionError):
+        return []
+    listed = notebook.get("cells", []) if isinstance(notebook, dict) else []
+    found: list[ExecutedCell] = []
+    for index, cell in enumerate(listed if isinstance(listed, list) else []):
+        if not (isinstance(cell, dict) and cell.get("cell_type") == "code"):
+            continue
+        count, outputs = cell.get("execution_count"), cell.get("outputs")
+        found.append(ExecutedCell(index, len(found) + 1,
+                                  source(cell) if isinstance(cell.get("source", ""), (str, list)) else "",
+                                  count if isinstance(count, int) and not isinstance(count, bool) else None,
+                                  tuple(o for o in outputs if isinstance(o, dict)) if isinstance(outputs, list) else (),
+                                  str(cell.get("id", ""))))
+    return found
+
+
+def assigned_names(code: str, names: Iterable[str]) -> frozenset[str]:
+    """Which of ``names`` a code cell assigns (a name bound anywhere in it: ``NAME = ...``, a
+    ``for`` target, an import...), read from its syntax tree; none when it does not parse."""
+    try:
+        tree = parse_python(code)
+    except SyntaxError:
+        return frozenset()
+    return frozenset({node.id for node in ast.walk(tree) if isinstance(node, ast.Name)
+                      and isinstance(node.ctx, ast.Store)} & set(names))
 
 
 def question_id(cell: Any) -> str | None:

@@ -14,14 +14,14 @@ import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from grader import assign
 from grader.assignment import PROJECT_ROOT, Assignment
-from grader.batch import BatchError, BatchInterrupted, dask_executor, default_workers, grade_batch
+from grader.batch import BatchInterrupted, default_workers, grade_batch
 from grader.checks import CHECKS_FOLDER, checks_for, inline
+from grader.executors import BatchError, dask_executor
 from grader.intake import Refused, discover, read_file, safe_id
 from grader.load import package_files
 from grader.pipeline import GRADER_ERRORS
@@ -33,8 +33,8 @@ from grader.report.plots import load_matplotlib
 from grader.report.results import is_pending, read_results, write_gradebook
 from grader.report.terminal import counted, print_scores, say
 from grader.rubric import Limits, Rubric, RubricError
-from grader.sandbox import Limits as SandboxLimits
-from grader.sandbox import ISOLATION_LEVELS, Sandbox, SandboxUnavailable
+from grader.sandbox import ISOLATION_LEVELS
+from grader.sandbox.factory import NoSandbox, hidden_paths, make_sandbox
 from grader.score import GradeResult
 from grader.similarity import SIMILARITY_FILE, run_similarity
 from grader.validate import validate
@@ -126,27 +126,6 @@ def _assignment(args: argparse.Namespace) -> tuple[Assignment, Rubric]:
     except inline.InlineError as exc:
         raise CommandError(f"{assignment.master_path}: {exc}") from exc
     return assignment, rubric
-
-
-def make_sandbox(limits: Limits, allow_unsandboxed: bool, isolation: str = "auto",
-                 protected_paths: Sequence[Path] = ()) -> Sandbox:
-    """The sandbox for one submission's commands, from the rubric's (possibly overridden) limits.
-    ``protected_paths``: what student code must not read besides the grader package (solutions,
-    rubrics, outputs, other submissions), checked before the unprivileged-user isolation."""
-    enforced = SandboxLimits(memory_bytes=int(limits.memory_gib * 2**30), cpu_seconds=limits.cpu_seconds,
-                             max_processes=limits.max_processes,
-                             file_size_bytes=limits.file_size_mib * 2**20,
-                             disk_bytes=limits.disk_mib * 2**20,
-                             wall_seconds=limits.notebook_timeout_s)
-    try:
-        sandbox = Sandbox(enforced, allow_unsandboxed=allow_unsandboxed, isolation=isolation,
-                          protected_paths=protected_paths)
-    except SandboxUnavailable as exc:
-        raise CommandError(f"the sandbox cannot run here: {exc}. Install bubblewrap (make install does, "
-                           "as root) or pass --allow-unsandboxed to run student code WITHOUT isolation") from exc
-    if sandbox.isolation != "bubblewrap":
-        say(sandbox.note, sys.stderr)
-    return sandbox
 
 
 def _cmd_grade(args: argparse.Namespace) -> int:
@@ -438,15 +417,8 @@ def _template_ids(name: str, root: Path) -> set[str]:
         return set()
 
 
-def hidden_paths(assignment: Assignment) -> list[Path]:
-    """The assignment's files student code must never read: the master notebook's folder, the
-    rubrics, and the checks an assignment root keeps beside them (``--assignment-root``)."""
-    own_checks = assignment.root / CHECKS_FOLDER
-    return [assignment.master_path.parent, assignment.rubric_path.parent, *([own_checks] if own_checks.is_dir() else [])]
-
-
 def _cmd_gradescope_bundle(args: argparse.Namespace) -> int:
-    from grader.gradescope import write_bundle   # not at the top: grader.gradescope imports this module
+    from grader.gradescope import write_bundle   # only this command needs it
 
     target = Path(args.out)
     try:
@@ -623,7 +595,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except CommandError as exc:
+    except (CommandError, NoSandbox) as exc:
         say(f"grader: {exc}", sys.stderr)
         return 2
 

@@ -15,12 +15,12 @@ EXECUTION (what runs and what raw outputs come back; a change runs every submiss
     template), ``rubric.py`` (parses the limits), ``pipeline.py`` (which stage runs on what, and
     the kept-run format), ``digests.py`` (this classification), ``intake.py``, ``load.py`` and
     ``cells.py`` (what is read of a submission), ``graft.py`` (the module the probe imports),
-    ``execute.py``, ``probe.py``, ``sandbox.py``, ``untrusted.py`` (running and reading back),
+    ``execute.py``, ``probe.py``, ``sandbox/`` (but ``factory.py``), ``untrusted.py`` (running and reading back),
     and ``harness/*.py`` (the drivers inside the sandbox);
   - the checks module's ``PROBE_DRIVER`` file, and the probe cases as data (names, kinds,
     configs, input arrays, kept outputs, segments, groups: ``probe_cases_digest``): its own and
     the test cells' rewritten programs (``grader.checks.inline``), so a change to ``cases.py``
-    or ``inline.py`` that changes no case is evaluation only;
+    or ``inline/`` that changes no case is evaluation only;
   - the master and template notebooks' bytes (``Assignment.fingerprint``), and the rubric's
     limits, answer variables and checks module name;
   - the Python version and the versions of the libraries the run uses (``LIBRARIES``).
@@ -64,13 +64,20 @@ from grader.rubric import Rubric
 GRADER_DIR = Path(__file__).resolve().parent
 
 EXECUTION_FILES = ("__init__.py", "assignment.py", "rubric.py", "pipeline.py", "digests.py", "intake.py", "load.py",
-                   "cells.py", "graft.py", "execute.py", "probe.py", "sandbox.py", "untrusted.py", "harness/*.py")
+                   "cells.py", "graft.py", "execute.py", "probe.py", "untrusted.py", "harness/*.py",
+                   *(f"sandbox/{name}.py" for name in ("__init__", "limits", "mounts", "watch", "uids", "levels", "guard",
+                                                      "readers", "run")))
 EVALUATION_FILES = ("checks/**/*.py", "score.py", "reference.py", "written/*.py")
 NEITHER = {
-    "batch.py": "discovery, the worker pool and the reuse decision: which submissions are graded, not how",
-    "dask_executor.py": "carries submissions to Dask workers and results back; a worker grades with the pipeline "
-                        "and refuses work whose digests differ from its own",
+    "batch.py": "discovery and the reuse decision: which submissions are graded, not how",
+    "executors/__init__.py": "the interface the batch calls to run submissions; which executor, not how one is graded",
+    "executors/common.py": "a worker's lifecycle and the results' arrival; a worker grades with the pipeline",
+    "executors/local.py": "the worker pool: where submissions are graded, not how",
+    "executors/dask.py": "carries submissions to Dask workers and results back; a worker grades with the pipeline "
+                         "and refuses work whose digests differ from its own",
     "cli.py": "parses options; the limits and isolation it sets are in both keys as values",
+    "sandbox/factory.py": "the command's sandbox from the rubric's limits and the paths it hides; the limits and "
+                          "isolation are in both keys as values",
     "report/*.py": "pages, gradebook, overrides and score changes are built from results after grading",
     "assign.py": "writes the student notebook and check.py; the template's bytes are digested instead",
     "check_template.py": "the students' check.py, never run by the grader",

@@ -114,17 +114,8 @@ class ExecutionResult:
     @functools.cached_property
     def _code_cells(self) -> dict[int, tuple[str, int | None]]:
         """Notebook position -> (source, execution count) of the executed notebook's code cells."""
-        try:
-            listed = json.loads(self.executed_notebook or b"{}").get("cells", [])
-        except (ValueError, RecursionError, AttributeError):
-            return {}
-        found = {}
-        for index, cell in enumerate(listed if isinstance(listed, list) else []):
-            if isinstance(cell, dict) and cell.get("cell_type") == "code":
-                count = cell.get("execution_count")
-                found[index] = (cells.source(cell) if isinstance(cell.get("source", ""), (str, list)) else "",
-                                count if isinstance(count, int) and not isinstance(count, bool) else None)
-        return found
+        return {cell.index: (cell.source, cell.execution_count)
+                for cell in cells.executed_code_cells(self.executed_notebook)}
 
 
 def execution_record(result: ExecutionResult) -> dict[str, Any]:

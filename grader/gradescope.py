@@ -11,7 +11,7 @@ the pipeline of ``grader grade`` and names the submitters in the
 results' top-level ``extra_data`` (``students``: name, sid, email each).
 
 Gradescope's containers usually cannot create namespaces, so bubblewrap fails there and the
-sandbox falls back to its unprivileged-user isolation (see grader/sandbox.py), which hides
+sandbox falls back to its unprivileged-user isolation (see grader/sandbox/), which hides
 the hidden checks, solutions and rubrics by file permissions only. ``lock_down.sh`` (run by
 ``setup.sh``) sets those on the bundle and the virtualenv; the grading step closes the
 per-submission files (its output folder, the results folder, the metadata, which holds the
@@ -35,11 +35,11 @@ from typing import Any
 from grader.assignment import PROJECT_ROOT, Assignment
 from grader.batch import grade_batch
 from grader.checks import CHECKS_FOLDER
-from grader.cli import CommandError, make_sandbox
 from grader.intake import find_submission
 from grader.load import package_files
 from grader.report.results import RESULTS_FILE
 from grader.sandbox import ISOLATION_LEVELS
+from grader.sandbox.factory import NoSandbox, make_sandbox
 
 SCRIPTS_DIR = PROJECT_ROOT / "gradescope"
 #: At the top of the zip: Gradescope needs setup.sh and run_autograder there.
@@ -48,6 +48,11 @@ ASSIGNMENT_PLACEHOLDER = "@ASSIGNMENT@"   # in run_autograder, replaced by the a
 OUT_FOLDER = "grader-out"                 # under the autograder root: the grade run's output folder
 _SKIPPED = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache"}
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)         # every entry's timestamp: the same inputs give the same bytes
+
+
+class CannotGrade(Exception):
+    """The upload cannot be graded here (the bundle's assignment files are incomplete): the
+    message is the reason the student and the staff read."""
 
 
 # ----------------------------------------------------------------------------- the bundle
@@ -173,7 +178,7 @@ def grade(layout: Layout, assignment_name: str, isolation: str) -> dict[str, Any
         data = _grade(layout, assignment_name, isolation, str(metadata.get("id", "submission")))
     except Exception as exc:  # noqa: BLE001 - the student must get results, the staff the reason
         traceback.print_exc()  # into Gradescope's log of this run, which only instructors see
-        data = failure_results(str(exc) if isinstance(exc, CommandError) else f"{type(exc).__name__}: {exc}")
+        data = failure_results(str(exc) if isinstance(exc, (CannotGrade, NoSandbox)) else f"{type(exc).__name__}: {exc}")
     data.setdefault("extra_data", {})["students"] = submitters(metadata)
     return data
 
@@ -183,7 +188,7 @@ def _grade(layout: Layout, assignment_name: str, isolation: str, submission_id: 
     assignment = Assignment(assignment_name, root=layout.source)
     problem = assignment.check_files()
     if problem:
-        raise CommandError(problem)
+        raise CannotGrade(problem)
     rubric = assignment.rubric
     submission = find_submission(submission_id, layout.submission, package_files(assignment.template))
     protected = [p for p in (layout.source, layout.out, layout.results, layout.metadata) if p.exists()]

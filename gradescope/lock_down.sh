@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The file permissions that the sandbox's unprivileged-user isolation relies on (see
-# grader/sandbox.py): student code runs as an unprivileged uid that must run the Python of
+# grader/sandbox/): student code runs as an unprivileged uid that must run the Python of
 # the virtualenv but read nothing of the grader's. Run as root by setup.sh, after installing,
 # and by the tests on an unpacked bundle; running it again changes nothing.
 #   - the bundle (the grader's source with the hidden checks, solutions, rubrics): root only;

@@ -25,7 +25,7 @@ from grader import cells
 from grader.assignment import Assignment
 from grader.batch import BatchOutcome, grade_batch
 from grader.intake import discover
-from grader.cli import make_sandbox
+from grader.sandbox.factory import make_sandbox
 from grader.pipeline import SubmissionGrader
 from grader.sandbox import ONE_THREAD_ENV, Sandbox, _UidLease
 

@@ -34,7 +34,7 @@ from grader.assignment import Assignment
 from grader.batch import BatchOutcome, grade_batch
 from grader.checks import linear_attention as la_checks
 from grader.intake import discover
-from grader.cli import make_sandbox
+from grader.sandbox.factory import make_sandbox
 from grader.pipeline import EXECUTED_NOTEBOOK, GRADER_ERRORS, RAW_OUTPUTS, SCAFFOLD_SOURCE, SCREENING
 from grader.report.executed import EXECUTED_PAGE
 from grader.report.results import RESULTS_FILE

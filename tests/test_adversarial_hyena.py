@@ -22,7 +22,7 @@ from conftest import ROOT, gradescope_valid, items_by_id
 from grader.assignment import Assignment
 from grader.batch import BatchOutcome, grade_batch
 from grader.intake import discover
-from grader.cli import make_sandbox
+from grader.sandbox.factory import make_sandbox
 from grader.harness.cpu_time import AFTER_HUNG_S
 from test_adversarial import LIMITS, OWN_FILES, SHARED, Listener, Snapshot, _sandbox_writes, snapshot
 

@@ -13,7 +13,8 @@ import pytest
 from grader import cells, digests
 from grader.assignment import PROJECT_ROOT, Assignment
 from grader.checks import CheckContext, checks_for
-from grader.cli import _assignment, hidden_paths, build_parser
+from grader.cli import _assignment, build_parser
+from grader.sandbox.factory import hidden_paths
 from grader.graft import submission_module_source
 
 from probe_in_process import probe_in_process

@@ -33,7 +33,8 @@ from types import ModuleType
 import nbformat
 import pytest
 
-from grader import cells, cli, sandbox
+from grader import cells, cli
+from grader.sandbox import levels as sandbox_levels
 from grader.assignment import PROJECT_ROOT, Assignment
 from grader.execute import prepare_notebook
 from grader.load import load_submission
@@ -733,8 +734,8 @@ def test_grader_check_runs_the_notebook_in_the_sandbox(runs, ta):
 
 def test_grader_check_refuses_without_a_sandbox(tmp_path, monkeypatch, capsys):
     """As grade does: exit status 2 and the same message, unless --allow-unsandboxed."""
-    monkeypatch.setattr(sandbox, "check_bubblewrap", lambda: "no namespaces here")
-    monkeypatch.setattr(sandbox, "check_unprivileged_user", lambda paths: "not root here")
+    monkeypatch.setattr(sandbox_levels, "check_bubblewrap", lambda: "no namespaces here")
+    monkeypatch.setattr(sandbox_levels, "check_unprivileged_user", lambda paths: "not root here")
     broken = tmp_path / "broken.ipynb"
     broken.write_bytes(CASES["broken_json"]())
     assert cli.main(["check", str(broken), "--assignment", "linear_attention"]) == 2

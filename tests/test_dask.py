@@ -25,7 +25,7 @@ import pytest
 from grader import digests
 from grader.assignment import Assignment
 from grader.cli import main
-from grader.dask_executor import Parcel
+from grader.executors.dask import Parcel
 from grader.intake import discover, submission_files, submission_sha256
 from grader.load import package_files
 
@@ -198,10 +198,10 @@ def test_a_parcel_rebuilds_the_submission_to_the_same_digest(tmp_path):
 
 def test_without_dask_the_command_says_how_to_install_it(tmp_path, monkeypatch, capsys):
     """Dask is imported only for --executor dask; missing, it is one line on how to install it."""
-    import grader
+    from grader import executors
 
-    monkeypatch.delitem(sys.modules, "grader.dask_executor")
-    monkeypatch.delattr(grader, "dask_executor")
+    monkeypatch.delitem(sys.modules, "grader.executors.dask")
+    monkeypatch.delattr(executors, "dask")
     monkeypatch.setitem(sys.modules, "distributed", None)   # what an environment without it gives
     command = ["grade", str(HYENA / "untouched.ipynb"), "--assignment", "linear_attention_hyena",
                "--out", str(tmp_path / "out")]

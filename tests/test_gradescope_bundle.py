@@ -153,7 +153,7 @@ def test_bundle_holds_the_grader_and_the_assignment_only(autograder: Autograder,
     names = autograder.names
     assert names == sorted(names)
     for required in ("setup.sh", "run_autograder", "lock_down.sh", "pyproject.toml", "README.md",
-                     "grader/sandbox.py", "grader/gradescope.py", "grader/harness/probe_harness.py",
+                     "grader/sandbox/__init__.py", "grader/gradescope.py", "grader/harness/probe_harness.py",
                      "grader/checks/linear_attention/items.py", "assignments/linear_attention/linear_attention.ipynb",
                      "solutions/linear_attention/linear_attention.ipynb", "rubrics/linear_attention.yaml"):
         assert required in names, required

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from grader.assignment import Assignment
-from grader.cli import make_sandbox
+from grader.sandbox.factory import make_sandbox
 from grader.validate import validate
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from grader import batch as batch_module
+from grader.executors import local as local_module
 from grader import digests
 from grader import pipeline
 from grader.batch import grade_batch
@@ -68,7 +69,7 @@ def nothing_runs(monkeypatch):
         return refused
     monkeypatch.setattr(pipeline, "execute_notebook", refuse("execute_notebook"))
     monkeypatch.setattr(pipeline, "run_probe", refuse("run_probe"))
-    monkeypatch.setattr(batch_module, "ProcessPoolExecutor", refuse("the worker pool"))
+    monkeypatch.setattr(local_module, "ProcessPoolExecutor", refuse("the worker pool"))
     return reached
 
 
@@ -138,7 +139,7 @@ def test_a_check_edit_regrades_from_kept_outputs_through_grader_grade(graded, as
     monkeypatch.undo()
     monkeypatch.setattr(pipeline, "execute_notebook", None)   # would raise TypeError if called
     monkeypatch.setattr(pipeline, "run_probe", None)
-    monkeypatch.setattr(batch_module, "ProcessPoolExecutor", None)
+    monkeypatch.setattr(local_module, "ProcessPoolExecutor", None)
     progress = io.StringIO()
     outcome = grade_batch(discover([folder]), assignment, sandbox, assignment.rubric, out, workers=2, progress=progress)
     assert (outcome.reused, outcome.regraded, outcome.internal_errors) == (0, 2, 0)
@@ -194,7 +195,7 @@ def test_a_tolerance_change_regrades_and_an_execution_change_runs_again(graded, 
     assert (outcome.reused, outcome.regraded) == (0, 0) and sorted(submitted) == list(IDS)
     # Put the folder back as the real grader left it, for the tests after this one.
     monkeypatch.undo()
-    monkeypatch.setattr(batch_module, "ProcessPoolExecutor", None)
+    monkeypatch.setattr(local_module, "ProcessPoolExecutor", None)
     outcome = grade_batch(discover([folder]), assignment, sandbox, assignment.rubric, out, workers=2,
                           progress=io.StringIO())
     assert outcome.regraded == 2

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import grader
-from grader import sandbox
+from grader.sandbox import levels, mounts
 from grader.sandbox import Limits, MemoryShare, Sandbox, SandboxResult, SandboxUnavailable, check_bubblewrap
 
 PACKAGE = Path(grader.__file__).resolve().parent
@@ -96,8 +96,8 @@ def test_nothing_outside_scratch_can_be_written(tmp_path: Path) -> None:
 
 
 def test_repo_hidden_checks_and_shared_are_invisible_but_torch_works_on_one_thread(tmp_path: Path) -> None:
-    assert (PACKAGE / "sandbox.py").is_file()
-    secrets = [PACKAGE / "sandbox.py", REPO / "pyproject.toml", SHARED / "DESIGN.md"]
+    assert (PACKAGE / "sandbox" / "__init__.py").is_file()
+    secrets = [PACKAGE / "sandbox" / "__init__.py", REPO / "pyproject.toml", SHARED / "DESIGN.md"]
     result = run_script(tmp_path, f"""
         import os, sys
         for path in {[str(s) for s in secrets]!r}:
@@ -416,7 +416,7 @@ def test_unsandboxed_fallback(tmp_path: Path) -> None:
 
 def test_unusable_bubblewrap_refuses_unless_fallback_allowed(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sandbox, "check_bubblewrap", lambda: "no namespaces here")
+    monkeypatch.setattr(levels, "check_bubblewrap", lambda: "no namespaces here")
     with pytest.raises(SandboxUnavailable, match="no namespaces here"):
         Sandbox()
     assert Sandbox(allow_unsandboxed=True).sandboxed is False
@@ -444,9 +444,9 @@ def test_grader_package_inside_a_bound_folder_is_masked(
     (site / "grader").mkdir(parents=True)
     (site / "grader" / "hidden_checks.py").write_text("EXPECTED = 42\n")
     (site / "numpy_like.py").write_text("OK = 1\n")
-    real_paths = sandbox._python_paths()
-    monkeypatch.setattr(sandbox, "_python_paths", lambda: [*real_paths, site])
-    monkeypatch.setattr(sandbox, "_package_dir", lambda: site / "grader")
+    real_paths = mounts._python_paths()
+    monkeypatch.setattr(mounts, "_python_paths", lambda: [*real_paths, site])
+    monkeypatch.setattr(mounts, "_package_dir", lambda: site / "grader")
     result = run_script(tmp_path, f"""
         import os, sys
         sys.path.insert(0, {str(site)!r})
@@ -471,7 +471,7 @@ def test_scratch_must_not_expose_the_grader(tmp_path: Path) -> None:
 
 
 def test_missing_bubblewrap_is_reported_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    monkeypatch.setattr(levels.shutil, "which", lambda name: None)
     assert check_bubblewrap.__wrapped__() == (
         "bubblewrap is not installed: apt-get install bubblewrap")
 

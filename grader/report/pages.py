@@ -47,7 +47,6 @@ shown whole.
 """
 from __future__ import annotations
 
-import ast
 import functools
 import hashlib
 import json
@@ -428,29 +427,23 @@ def cell_problems(executed: Path, result: GradeResult | None = None, root: Path 
     The notebook was written inside the sandbox: it is read as data, capped, and escaped by
     the template like everything else."""
     try:
-        notebook = json.loads(executed.read_text())
-    except (OSError, ValueError, RecursionError):
+        text = executed.read_text()
+    except (OSError, ValueError):
         return []
-    listed = notebook.get("cells", []) if isinstance(notebook, dict) else []
-    code = [c for c in listed if isinstance(listed, list) and isinstance(c, dict) and c.get("cell_type") == "code"]
     found = []
-    for number, cell in enumerate(code, 1):
-        outputs = cell.get("outputs", []) if isinstance(cell.get("outputs"), list) else []
-        errors = [o for o in outputs if isinstance(o, dict) and o.get("output_type") == "error"]
+    for cell in cells.executed_code_cells(text):
+        errors = [o for o in cell.outputs if o.get("output_type") == "error"]
         if not errors:
             continue
         error = errors[0]
-        printed = "".join(_text(o.get("text", "")) for o in outputs
-                          if isinstance(o, dict) and o.get("output_type") == "stream")
+        printed = "".join(_text(o.get("text", "")) for o in cell.outputs if o.get("output_type") == "stream")
         traceback = _ANSI.sub("", "\n".join(map(str, error.get("traceback", []))))
-        count = cell.get("execution_count")
-        found.append(CellProblem(number, cells.first_line(cells.source(cell)),
-                                 count if isinstance(count, int) and not isinstance(count, bool) else None,
+        found.append(CellProblem(cell.number, cells.first_line(cell.source), cell.execution_count,
                                  cut(f"{error.get('ename', 'Error')}: {error.get('evalue', '')}", MAX_LINE_CHARS,
                                      EXECUTED_NOTEBOOK),
                                  cut(traceback, MAX_TRACEBACK_CHARS, EXECUTED_NOTEBOOK, keep_end=True),
                                  cut(printed, MAX_STREAM_CHARS, EXECUTED_NOTEBOOK, keep_end=True),
-                                 str(cell.get("id", ""))))
+                                 cell.cell_id))
     if result is not None:
         defines = answer_cells(result.assignment, root)
         for problem in found:
@@ -482,12 +475,7 @@ def answer_cells(assignment: str, root: Path = PROJECT_ROOT) -> dict[str, tuple[
     for cell in notebook.cells:
         if cell.get("cell_type") != "code" or not cell.get("id"):
             continue
-        try:
-            tree = cells.parse_python(cells.source(cell))
-        except SyntaxError:
-            continue
-        assigned = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)
-                    and isinstance(node.ctx, ast.Store)} & wanted
+        assigned = cells.assigned_names(cells.source(cell), wanted)
         if assigned:
             found[cell["id"]] = tuple(sorted(assigned))
     return found

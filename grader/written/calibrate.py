@@ -23,7 +23,7 @@ from grader.assignment import Assignment
 from grader.report.results import write_result
 from grader.rubric import Question, Rubric, RubricError
 from grader.score import GradeResult, ItemResult, written_item
-from grader.written import WRITTEN_INPUTS, grade_written
+from grader.written.stage import WRITTEN_INPUTS, grade_written
 
 
 @dataclass(frozen=True)

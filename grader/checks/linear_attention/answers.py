@@ -12,9 +12,9 @@ notebook the driver vouched for, never from a value the notebook's code exported
 from __future__ import annotations
 
 import math
-import re
 from typing import Any, Callable
 
+from grader import cells
 from grader.checks import CheckContext, Verdict
 from grader.checks.linear_attention.benchmark import observed_timings
 from grader.execute import ExecutionResult
@@ -101,14 +101,16 @@ def _missing_answer(context: CheckContext, name: str, value: Any) -> str | None:
 
 def _why_undefined(execution: ExecutionResult, name: str) -> str:
     """The cell that raised, preferring one that assigns ``name``; or that none raised."""
-    assigns = re.compile(rf"(?m)^[ \t]*{re.escape(name)}[ \t]*(?:\[[^\]\n]*\][ \t]*)?(?::[^=\n]*)?=(?!=)")
+    def assigns(source: str) -> bool:
+        return bool(cells.assigned_names(source, (name,)))
+
     raised = [run for run in sorted(execution.cells, key=lambda run: run.index) if run.status in ("error", "timeout")]
     if not raised:
         kept = [execution.cell_source(run) for run in execution.cells]
-        if any(kept) and not any(assigns.search(source) for source in kept):
+        if any(kept) and not any(assigns(source) for source in kept):
             return f"no cell raised, and no code cell assigns {name} (is its exercise still to do?)"
         return "no cell raised (is the name spelled as the exercise asks?)"
-    cell = next((run for run in raised if assigns.search(execution.cell_source(run))), raised[0])
+    cell = next((run for run in raised if assigns(execution.cell_source(run))), raised[0])
     return f"{execution.cell_label(cell)} raised {cell.error or cell.status}"
 
 

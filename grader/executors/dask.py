@@ -1,6 +1,6 @@
 """``grader grade --executor dask``: the batch's submissions graded on a Dask cluster.
 
-The coordinator (the process running :func:`grade_batch`) stays where the submissions and the
+The coordinator (the process running ``grader.batch.grade_batch``) stays where the submissions and the
 output folder are; Dask workers, here (a ``LocalCluster``) or on other machines (a scheduler
 at ``tcp://HOST:PORT``), each grade whole submissions, one at a time per thread, in their own
 sandbox. Nothing is shared but the scheduler's connections:
@@ -11,7 +11,7 @@ sandbox. Nothing is shared but the scheduler's connections:
   folder of its own (a file past the limit as a sparse file of its real size, so that the
   refusal reads the same) and grades that.
 * **Results come back as data**: the ``GradeResult`` with its artifacts as bytes. The
-  coordinator writes each on arrival (``batch.record_arrival``, as for the local pool) and
+  coordinator writes each on arrival (``common.record_arrival``, as for the local pool) and
   keeps none of its artifacts; at most a few submissions per worker thread are in flight,
   so neither it nor the scheduler holds the class's notebooks. Resume and the cache work as
   with the pool: only the coordinator reads and writes the output folder.
@@ -20,7 +20,7 @@ sandbox. Nothing is shared but the scheduler's connections:
   fingerprint, isolation level). A worker builds its ``SubmissionGrader`` from its own checkout
   once per identity asked for, and refuses the task when its own
   identity differs (:class:`WorkerRefused`, as when it cannot make the coordinator's sandbox);
-  the coordinator then stops the batch with a :class:`grader.batch.BatchError` naming what
+  the coordinator then stops the batch with a :class:`grader.executors.common.BatchError` naming what
   differs, never a grade from other code.
 * **A worker lost mid-submission** (killed, out of memory, its machine gone) is Dask's to
   notice: the scheduler runs the task again elsewhere, up to ``allowed-failures`` times
@@ -28,7 +28,7 @@ sandbox. Nothing is shared but the scheduler's connections:
   setting). Past that the submission gets a result saying so, marked as a grader error so
   that the next run grades it again. Each submission is one task: its result is written once.
 
-Lifecycle (as ``grader.batch`` says for the pool): a ``LocalCluster``'s worker processes are
+Lifecycle (as :mod:`grader.executors.local` says for the pool): a ``LocalCluster``'s worker processes are
 started with :class:`_StopWithCoordinator` (Ctrl-C ignored, SIGTERM stops the sandbox run, cleans
 up and exits) and watched by a :class:`grader.sandbox.Guard`, the workers the nannies restart
 too; the cluster is closed in a ``finally``, after an interrupt once the guard has stopped its
@@ -54,8 +54,8 @@ from distributed import Client, Future, KilledWorker, LocalCluster, WorkerPlugin
 
 from grader import __version__
 from grader.assignment import Assignment
-from grader.batch import (BatchError, graded, grader_error_result, record_arrival, signal_handlers, stop_with,
-                          stopped_by_sigterm, unreadable_result)
+from grader.executors.common import (BatchError, graded, grader_error_result, record_arrival, signal_handlers,
+                                     stop_with, stopped_by_sigterm, unreadable_result)
 from grader.intake import SubmissionPath, display_name, submission_files
 from grader.load import package_files
 from grader.pipeline import SubmissionGrader
@@ -63,6 +63,7 @@ from grader.report.terminal import RunProgress
 from grader.rubric import Rubric
 from grader.sandbox import Guard, Sandbox, SandboxUnavailable
 from grader.sandbox import Limits as SandboxLimits
+from grader.sandbox.factory import hidden_paths
 from grader.score import GradeResult
 from grader.untrusted import read_regular
 
@@ -160,12 +161,10 @@ _graders: dict[GraderIdentity, tuple[SubmissionGrader, GraderIdentity]] = {}
 
 def _grader_for(spec: GraderSpec, wanted: GraderIdentity) -> SubmissionGrader:
     if wanted not in _graders:
-        from grader.cli import hidden_paths   # the worker's own assignment files, as grade protects them
-
         assignment = Assignment(spec.assignment)
         try:
             sandbox = Sandbox(spec.limits, isolation=spec.isolation, allow_unsandboxed=spec.isolation == "none",
-                              protected_paths=hidden_paths(assignment))
+                              protected_paths=hidden_paths(assignment))   # its own files, as grade protects them
         except SandboxUnavailable as exc:
             raise WorkerRefused(f"the Dask worker {get_worker().address} cannot run the coordinator's "
                                 f"{spec.isolation} sandbox: {exc}") from None
@@ -187,7 +186,7 @@ def grade_parcel(spec: GraderSpec, wanted: GraderIdentity, parcel: Parcel) -> Gr
 
 
 class _StopWithCoordinator(WorkerPlugin):
-    """On a LocalCluster's worker process: what ``batch.stop_with`` sets up for a pool worker."""
+    """On a LocalCluster's worker process: what ``common.stop_with`` sets up for a pool worker."""
 
     name = "g2c-stop-with-coordinator"
 
