@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from grader import assign
+from grader import assign, requirements
 from grader.assignment import PROJECT_ROOT, Assignment
 from grader.batch import BatchInterrupted, default_workers, grade_batch
 from grader.checks import CHECKS_FOLDER, checks_for, inline
@@ -128,10 +128,21 @@ def _assignment(args: argparse.Namespace) -> tuple[Assignment, Rubric]:
     return assignment, rubric
 
 
+def _installed_requirements(assignment: Assignment, rubric: Rubric) -> list[Path]:
+    """The folder the assignment's own requirements are importable from, installed once per
+    content ([] when it has none); a package that cannot be installed stops the command."""
+    try:
+        site = requirements.install(requirements.declared(rubric.settings), assignment.root / requirements.ENVS)
+    except requirements.RequirementsError as exc:
+        raise CommandError(f"{assignment.rubric_path}: {exc}") from exc
+    return [site] if site else []
+
+
 def _cmd_grade(args: argparse.Namespace) -> int:
     assignment, rubric = _assignment(args)
     sandbox = make_sandbox(rubric.limits, args.allow_unsandboxed, args.isolation,
-                           [*hidden_paths(assignment), Path(args.out), *map(Path, args.paths)])
+                           [*hidden_paths(assignment), Path(args.out), *map(Path, args.paths)],
+                           _installed_requirements(assignment, rubric))
     try:
         submissions = discover([Path(p) for p in args.paths], package_files(assignment.template))
     except (FileNotFoundError, ValueError) as exc:
@@ -318,7 +329,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     assignment, rubric = _assignment(args)
-    sandbox = make_sandbox(rubric.limits, args.allow_unsandboxed, args.isolation, hidden_paths(assignment))
+    sandbox = make_sandbox(rubric.limits, args.allow_unsandboxed, args.isolation, hidden_paths(assignment),
+                           _installed_requirements(assignment, rubric))
     report = validate(assignment, sandbox, rubric)
     say(report.text)
     return 0 if report.ok else 1
@@ -355,7 +367,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
     except Refused as exc:
         say(f"grader: {exc}", sys.stderr)
         return 1
-    sandbox = make_sandbox(limits, args.allow_unsandboxed, args.isolation, hidden_paths(assignment))
+    sandbox = make_sandbox(limits, args.allow_unsandboxed, args.isolation, hidden_paths(assignment),
+                           _installed_requirements(assignment, assignment.rubric))
     with tempfile.TemporaryDirectory(prefix="g2c-check-") as tmp:
         scratch = Path(tmp).resolve()
         shutil.copytree(folder, scratch / name, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))

@@ -64,7 +64,7 @@ from grader.rubric import Rubric
 GRADER_DIR = Path(__file__).resolve().parent
 
 EXECUTION_FILES = ("__init__.py", "assignment.py", "rubric.py", "pipeline.py", "digests.py", "intake.py", "load.py",
-                   "cells.py", "graft.py", "execute.py", "probe.py", "untrusted.py", "harness/*.py",
+                   "cells.py", "graft.py", "execute.py", "probe.py", "untrusted.py", "requirements.py", "harness/*.py",
                    *(f"sandbox/{name}.py" for name in ("__init__", "limits", "mounts", "watch", "uids", "levels", "guard",
                                                       "readers", "run")))
 EVALUATION_FILES = ("checks/**/*.py", "score.py", "reference.py", "written/*.py")

@@ -30,7 +30,7 @@ from typing import Callable, TypeVar
 
 import nbformat
 
-from grader import __version__, digests, untrusted
+from grader import __version__, digests, requirements, untrusted
 from grader.assignment import Assignment
 from grader.checks import CheckContext, Verdict, checks_for, grounding_answers, inline
 from grader.checks.tampering import submission_attempts
@@ -130,6 +130,7 @@ class SubmissionGrader:
     def __init__(self, assignment: Assignment, sandbox: Sandbox, rubric: Rubric | None = None):
         self.assignment = assignment
         self.rubric = rubric or assignment.rubric
+        requirements.importable(self.rubric.settings, assignment.root)   # the master's code imports them
         self.sandbox = sandbox
         self.checks = checks_for(self.rubric, self.assignment.root)
         self.inline_tests = inline.inline_tests(self.assignment.master)
@@ -206,6 +207,9 @@ class SubmissionGrader:
                                      int(limits.notebook_max_mib * 2**20), folder)
         run = kept or self._run(submission)
         notes = list(submission.notes) + run.notes
+        if self.rubric.settings.get("requirements"):   # installed beside the grader's packages for every run
+            notes.append(f"The assignment's own requirements were installed for your code: "
+                         f"{', '.join(map(str, self.rubric.settings['requirements']))}")
         execution = run.execution
         context = CheckContext(self.rubric, self.assignment.master_path, run.probe, run.probe_problem,
                                execution, run.execution_problem,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -327,3 +328,46 @@ def test_a_requirement_that_cannot_be_installed_stops_the_import(tmp_path, wheel
     assert "requirements cannot be installed (g2c_tiny==0.1, g2c_not_a_package==9.9)" in done.stderr
     assert "g2c_not_a_package" in done.stderr.split("cannot be installed", 1)[1].split(")", 1)[1]   # pip's reason
     assert not (root / "solutions").exists() and not any((root / "envs").iterdir())
+
+
+def test_the_requirements_are_importable_in_every_sandboxed_run_and_named_in_the_results(tmp_path, wheels):
+    """A master whose provided cell imports its requirement: the notebook's run and the probe's
+    (which grades the test cell) both import it from the assignment's environment, mounted
+    read-only on their PYTHONPATH; validate passes, a graded submission earns the test and its
+    results name the requirements. An environment removed is installed again by validate (once),
+    and one that cannot be installed stops it with pip's reason."""
+    master = tmp_path / "src" / "tiny.ipynb"
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_raw_cell("# ASSIGNMENT CONFIG\nname: tiny\nrequirements: requirements.txt\n"),
+        nbformat.v4.new_code_cell("import g2c_tiny"),
+        nbformat.v4.new_raw_cell("# BEGIN QUESTION\nname: q1\npoints: 1"),
+        nbformat.v4.new_code_cell("def answer():\n    return g2c_tiny.ANSWER  # SOLUTION"),
+        nbformat.v4.new_raw_cell("# BEGIN TESTS"), nbformat.v4.new_code_cell("assert answer() == 42"),
+        nbformat.v4.new_raw_cell("# END TESTS"), nbformat.v4.new_raw_cell("# END QUESTION")])
+    master.parent.mkdir(parents=True)
+    nbformat.write(notebook, str(master))
+    (master.parent / "requirements.txt").write_text("g2c_tiny==0.1\n")
+    root = tmp_path / "course"
+    assert _import(master, root, wheels, "tiny").returncode == 0
+    offline = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels)}
+    shutil.rmtree(root / "envs")   # validate installs it again, from the same offline folder
+    checked = subprocess.run([*GRADER, "validate", "--assignment", "tiny", "--assignment-root", str(root)],
+                             cwd=ROOT, capture_output=True, text=True, env=offline)
+    assert checked.returncode == 0 and "validate: OK" in checked.stdout, checked.stdout + checked.stderr
+    (env,) = (root / "envs").iterdir()
+    submissions = tmp_path / "submissions"
+    submissions.mkdir()
+    nbformat.write(nbformat.read(str(root / "solutions" / "tiny" / "tiny.ipynb"), 4), str(submissions / "ada.ipynb"))
+    graded = subprocess.run([*GRADER, "grade", str(submissions), "--assignment", "tiny", "--assignment-root",
+                             str(root), "--out", str(tmp_path / "out"), "--similarity", "off"],
+                            cwd=ROOT, capture_output=True, text=True, env=offline)
+    assert graded.returncode == 0, graded.stderr
+    results = json.loads((tmp_path / "out" / "ada" / "results.json").read_text())
+    assert {t["name"]: t["status"] for t in results["tests"]}["q1"] == "passed", results
+    assert "requirements were installed for your code: g2c_tiny==0.1" in results["output"]
+    assert [p.name for p in (root / "envs").iterdir()] == [env.name]   # installed once
+    rubric = root / "rubrics" / "tiny.yaml"
+    rubric.write_text(rubric.read_text().replace("g2c_tiny==0.1", "g2c_not_a_package==9.9"))
+    refused = subprocess.run([*GRADER, "validate", "--assignment", "tiny", "--assignment-root", str(root)],
+                             cwd=ROOT, capture_output=True, text=True, env=offline)
+    assert refused.returncode == 2 and "requirements cannot be installed (g2c_not_a_package==9.9)" in refused.stderr

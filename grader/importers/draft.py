@@ -8,9 +8,9 @@ not carried over, with its cell and why. Nothing is dropped without a note.
 
 ``write_assignment`` tags ``demo`` the provided cells that call the students' functions, refuses
 with a note (rather than the whole import) each test cell that uses a name no imported cell
-defines or that the inline checks cannot use (``InlineError``), installs the requirements (``install_requirements``: once
-per content, into ``ROOT/envs/<digest>/``; a package that cannot be installed stops the
-import), then writes the master, the rubric and, through ``grader assign``'s own function, the
+defines or that the inline checks cannot use (``InlineError``), installs the requirements
+(``grader.requirements``: once per content, into ``ROOT/envs/<digest>/``; a package that cannot
+be installed stops the import), then writes the master, the rubric and, through ``grader assign``'s own function, the
 student notebook and its check.py.
 """
 from __future__ import annotations
@@ -18,11 +18,7 @@ from __future__ import annotations
 import ast
 import builtins
 import copy
-import hashlib
 import re
-import shutil
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,15 +26,12 @@ from typing import Any
 import nbformat
 import yaml
 
-from grader import assign, cells
+from grader import assign, cells, requirements
 from grader.checks import inline
 
 EXECUTION_TAG = "execution"
-ENVS = "envs"                    # ROOT/envs/<digest>/: an assignment's installed requirements
 REQUIREMENTS = "requirements"    # ROOT/requirements/<name>.txt: what the assignment needs
 REQUIREMENTS_FILE = "requirements.txt"   # beside a peer's notebook: its requirements
-COMPLETE = ".complete"           # written last into an environment: a finished install
-PIP_TIMEOUT_S = 900
 
 
 class ImportRefused(ValueError):
@@ -146,43 +139,6 @@ def read_requirements(path: Path) -> list[str]:
     return requirement_lines(path.read_text(encoding="utf-8").splitlines()) if path.is_file() else []
 
 
-def requirements_digest(requirements: list[str]) -> str:
-    """What names an environment: the requirements' content and the Python that installs them."""
-    text = "\n".join(requirements) + f"\n# python {sys.version_info.major}.{sys.version_info.minor}\n"
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
-def install_requirements(requirements: list[str], envs: Path) -> Path | None:
-    """The folder the requirements are installed in (``pip install --target``), made once per
-    content under ``envs``; None when there are none. pip reads its index settings from the
-    environment (``PIP_INDEX_URL``, ``PIP_NO_INDEX``, ``PIP_FIND_LINKS``) as usual.
-
-    Raises ImportRefused with pip's reason when a package cannot be installed: the assignment
-    would fail on every submission."""
-    if not requirements:
-        return None
-    target = envs / requirements_digest(requirements)
-    if (target / COMPLETE).is_file():
-        return target
-    partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    listing = partial / "requirements.txt"
-    listing.write_text("\n".join(requirements) + "\n", encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                           "--no-input", "--target", str(partial / "site"), "-r", str(listing)],
-                          capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
-    if done.returncode != 0:
-        shutil.rmtree(partial, ignore_errors=True)
-        said = [line for line in done.stderr.splitlines() if line.startswith("ERROR")] or done.stderr.splitlines()
-        raise ImportRefused(f"the assignment's requirements cannot be installed ({', '.join(requirements)}): "
-                            + " ".join(said[-3:]).strip())
-    shutil.rmtree(target, ignore_errors=True)
-    partial.rename(target)
-    (target / COMPLETE).write_text("\n".join(requirements) + "\n", encoding="utf-8")
-    return target
-
-
 # ----------------------------------------------------------------------------- writing
 
 def mark_demos(notebook: nbformat.NotebookNode) -> None:
@@ -279,7 +235,10 @@ def write_assignment(draft: Draft, root: Path) -> list[Path]:
     written = []
     if draft.requirements:
         listing = root / REQUIREMENTS / f"{draft.name}.txt"
-        install_requirements(draft.requirements, root / ENVS)
+        try:
+            requirements.install(draft.requirements, root / requirements.ENVS)
+        except requirements.RequirementsError as exc:
+            raise ImportRefused(str(exc)) from None
         listing.parent.mkdir(parents=True, exist_ok=True)
         listing.write_text("\n".join(draft.requirements) + "\n", encoding="utf-8")
         written.append(listing)

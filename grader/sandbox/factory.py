@@ -19,10 +19,12 @@ class NoSandbox(Exception):
 
 
 def make_sandbox(limits: Limits, allow_unsandboxed: bool, isolation: str = "auto",
-                 protected_paths: Sequence[Path] = ()) -> Sandbox:
+                 protected_paths: Sequence[Path] = (), python_paths: Sequence[Path] = ()) -> Sandbox:
     """The sandbox for one submission's commands, from the rubric's (possibly overridden) limits.
     ``protected_paths``: what student code must not read besides the grader package (solutions,
-    rubrics, outputs, other submissions), checked before the unprivileged-user isolation.
+    rubrics, outputs, other submissions), checked before the unprivileged-user isolation;
+    ``python_paths``: what every run imports from besides the grader's environment (an
+    assignment's installed requirements, ``grader.requirements``).
     Raises :class:`NoSandbox` when none can run."""
     enforced = SandboxLimits(memory_bytes=int(limits.memory_gib * 2**30), cpu_seconds=limits.cpu_seconds,
                              max_processes=limits.max_processes,
@@ -31,7 +33,7 @@ def make_sandbox(limits: Limits, allow_unsandboxed: bool, isolation: str = "auto
                              wall_seconds=limits.notebook_timeout_s)
     try:
         sandbox = Sandbox(enforced, allow_unsandboxed=allow_unsandboxed, isolation=isolation,
-                          protected_paths=protected_paths)
+                          protected_paths=protected_paths, python_paths=python_paths)
     except SandboxUnavailable as exc:
         raise NoSandbox(f"the sandbox cannot run here: {exc}. Install bubblewrap (make install does, "
                         "as root) or pass --allow-unsandboxed to run student code WITHOUT isolation") from exc

@@ -42,11 +42,15 @@ class Sandbox:
 
     def __init__(self, limits: Limits = Limits(), *, allow_unsandboxed: bool = False,
                  read_only_paths: Sequence[Path] = (), force_unsandboxed: bool = False,
-                 isolation: str = "auto", protected_paths: Sequence[Path] = ()) -> None:
+                 isolation: str = "auto", protected_paths: Sequence[Path] = (),
+                 python_paths: Sequence[Path] = ()) -> None:
         if isolation != "auto" and isolation not in ISOLATION_LEVELS:
             raise ValueError(f"unknown isolation {isolation!r}: auto or one of {', '.join(ISOLATION_LEVELS)}")
         self.limits = limits
-        self.read_only_paths = tuple(Path(p).resolve() for p in read_only_paths)
+        #: Folders every run imports from (an assignment's installed requirements): mounted
+        #: read-only and put on each run's PYTHONPATH.
+        self.python_paths = tuple(Path(p).resolve() for p in python_paths)
+        self.read_only_paths = tuple(Path(p).resolve() for p in (*read_only_paths, *python_paths))
         for path in self.read_only_paths:
             if _is_within(mounts._package_dir(), path):
                 raise ValueError(f"read_only_paths would expose the grader's checks: {path}")
@@ -119,6 +123,8 @@ class Sandbox:
         """
         if not argv:
             raise ValueError("empty argv")
+        if self.python_paths:
+            env = {"PYTHONPATH": os.pathsep.join(map(str, self.python_paths)), **(env or {})}
         scratch = Path(scratch).resolve()
         if not scratch.is_dir():
             raise ValueError(f"scratch is not a directory: {scratch}")
