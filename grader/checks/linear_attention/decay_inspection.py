@@ -15,11 +15,11 @@ from typing import Any, Callable
 import numpy as np
 
 from grader.checks import CheckContext, Verdict
-from grader.checks.linear_attention.cases import (DECAY_NORMS, GRADING_RUN, GRADING_RUN_CASE, LEARNED_DECAYS,
-                                                  learned_logits, probe_cases)
+from grader.checks.linear_attention.cases import (DECAY_NORMS, GRADING_RUN, LEARNED_DECAYS, learned_logits,
+                                                  probe_cases)
 from grader.checks.linear_attention.items import exercise_run, not_judged
 from grader.checks.linear_attention.observed import observed_decays
-from grader.checks.linear_attention.training import also_in_grading_run, in_grading_run
+from grader.checks.linear_attention.training import also_in_grading_run, grading_run_output, in_grading_run
 
 DECAY_ITEMS = ("decay_state_norms", "decay_learned")
 # Norms and decays are computed in float32 by the student's code and in float64 here from the
@@ -36,8 +36,8 @@ def decay_checks(context: CheckContext) -> dict[str, Callable[[], Verdict]]:
 
 def _run_cell_record(context: CheckContext) -> dict[str, Any]:
     """What the grading run's Exercise 4 run cell got back from the two functions ({} without it)."""
-    out = context.probe.cases.get(GRADING_RUN_CASE) if context.probe is not None else None
-    record = out.info.get("decay") if out is not None and out.status == "ok" else None
+    run = grading_run_output(context)
+    record = run[0].get("decay") if run is not None else None
     return record if isinstance(record, dict) else {}
 
 

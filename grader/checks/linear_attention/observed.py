@@ -36,8 +36,8 @@ import torch
 
 from grader.checks import CheckContext
 from grader.checks.linear_attention.benchmark import FULL, LINEAR, observed_sweep
-from grader.checks.linear_attention.cases import BENCHMARK, GRADING_RUN, GRADING_RUN_CASE
-from grader.checks.linear_attention.training import notebook_corpus, unobserved_gradients
+from grader.checks.linear_attention.cases import BENCHMARK, GRADING_RUN
+from grader.checks.linear_attention.training import grading_run_output, notebook_corpus, unobserved_gradients
 from grader.reference import reference_namespace
 
 BYTES_PER_ELEMENT = 4   # the benchmark's float32 layers
@@ -79,16 +79,9 @@ def _decode_benchmark(context: CheckContext) -> dict[str, Any] | None:
             "bytes_per_element": BYTES_PER_ELEMENT, "device": "cpu"}
 
 
-def _grading_run(context: CheckContext) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
-    out = context.probe.cases.get(GRADING_RUN_CASE) if context.probe is not None else None
-    if out is None or out.status != "ok":
-        return None
-    return out.info, out.arrays
-
-
 def _exercise(context: CheckContext, key: str) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
     """The grading run's outputs when the exercise ``key`` (of its ``errors``) ran through."""
-    run = _grading_run(context)
+    run = grading_run_output(context)
     if run is None or key in (run[0].get("errors") or {}):
         return None
     return run
@@ -193,7 +186,7 @@ def observed_decays(context: CheckContext) -> tuple[dict[str, dict[int, float]] 
     """Exercise 4's figures as the grader measured them in the grading run: ||S||_F after each
     printed token count per decay logit (None when stepping failed), and each trained model's
     per-head decays, bottom to top (None when Exercise 2 failed); None without the run."""
-    run = _grading_run(context)
+    run = grading_run_output(context)
     if run is None:
         return None
     info, arrays = run

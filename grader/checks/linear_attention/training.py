@@ -47,13 +47,20 @@ def also_in_grading_run(verdict: Verdict, problem: str | None) -> Verdict:
     return Verdict("failed", problem)
 
 
+def grading_run_output(context: CheckContext) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+    """The grading run's (info, arrays), or None when it did not finish: every reader of that run
+    starts here."""
+    out = context.probe.cases.get(GRADING_RUN_CASE) if context.probe is not None else None
+    return (out.info, out.arrays) if out is not None and out.status == "ok" else None
+
+
 def grading_run(context: CheckContext, exercise: str) -> dict[str, Any] | None:
     """The grading run's record of ``exercise`` (``training`` or ``recall``): its ``models`` and
     ``calls``; None when the run or that exercise did not finish (the item's own case speaks)."""
-    out = context.probe.cases.get(GRADING_RUN_CASE) if context.probe is not None else None
-    if out is None or out.status != "ok" or exercise in (out.info.get("errors") or {}):
+    run = grading_run_output(context)
+    if run is None or exercise in (run[0].get("errors") or {}):
         return None
-    record = out.info if exercise == "training" else out.info.get("recall")
+    record = run[0] if exercise == "training" else run[0].get("recall")
     return record if isinstance(record, dict) and isinstance(record.get("models"), dict) else None
 
 
