@@ -17,6 +17,14 @@ the hidden checks, solutions and rubrics by file permissions only. ``lock_down.s
 per-submission files (its output folder, the results folder, the metadata, which holds the
 previous results with their hidden tests) before any student code runs, and the sandbox
 checks, as the unprivileged user, that it can read none of them before it is used.
+
+An assignment's own requirements (its rubric's ``settings.requirements``, ``grader.requirements``)
+are installed once, when the image is built: ``setup.sh`` runs ``python -m grader.gradescope
+--install-requirements`` (:func:`install_requirements`) into ``/autograder/envs``, beside the
+virtualenv and outside the locked source, so that ``lock_down.sh`` can leave them readable by the
+sandbox user, who imports them. The grading step only checks that they are there
+(:func:`_requirements_site`) and never installs them: without them the student's results say the
+autograder is misconfigured.
 """
 from __future__ import annotations
 
@@ -32,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grader import requirements
 from grader.assignment import PROJECT_ROOT, Assignment
 from grader.batch import grade_batch
 from grader.checks import CHECKS_FOLDER
@@ -142,6 +151,11 @@ class Layout:
     def out(self) -> Path:
         return self.root / OUT_FOLDER
 
+    @property
+    def envs(self) -> Path:
+        """The assignment's installed requirements: outside ``source``, which is root's only."""
+        return self.root / requirements.ENVS
+
 
 def read_metadata(path: Path) -> dict[str, Any]:
     """Gradescope's submission metadata; empty when missing or unreadable (grading goes on,
@@ -190,11 +204,34 @@ def _grade(layout: Layout, assignment_name: str, isolation: str, submission_id: 
     if problem:
         raise CannotGrade(problem)
     rubric = assignment.rubric
+    site = _requirements_site(layout, rubric.settings)
     submission = find_submission(submission_id, layout.submission, package_files(assignment.template))
     protected = [p for p in (layout.source, layout.out, layout.results, layout.metadata) if p.exists()]
-    sandbox = make_sandbox(rubric.limits, False, isolation, protected)
+    sandbox = make_sandbox(rubric.limits, False, isolation, protected, [site] if site else [])
     grade_batch([submission], assignment, sandbox, rubric, layout.out, workers=1)
     return json.loads((layout.out / submission.submission_id / RESULTS_FILE).read_text())
+
+
+def install_requirements(layout: Layout, assignment_name: str) -> Path | None:
+    """Install the bundled assignment's requirements into ``layout.envs`` (``setup.sh``, once, at
+    the image's build); the folder they are importable from, None when it declares none. Raises
+    RequirementsError with pip's reason."""
+    settings = Assignment(assignment_name, root=layout.source).rubric.settings
+    return requirements.install(requirements.declared(settings), layout.envs)
+
+
+def _requirements_site(layout: Layout, settings: dict[str, Any]) -> Path | None:
+    """The folder the assignment's requirements are importable from (None when it declares
+    none), imported by this process too, which runs the master's code. Never installs them: a
+    submission's grading would otherwise depend on the network and on pip, once per submission.
+    Raises CannotGrade when setup.sh did not install them."""
+    try:
+        site = requirements.installed(requirements.declared(settings), layout.envs)
+    except requirements.RequirementsError as exc:
+        raise CannotGrade(f"the autograder is misconfigured: {exc} (setup.sh installs them when Gradescope "
+                          "builds the autograder; its build log says why it did not)") from exc
+    requirements.importable(settings, layout.root)   # layout.envs is the root's envs folder
+    return site
 
 
 def _close_run_files(layout: Layout) -> None:
@@ -219,14 +256,28 @@ def write_results(layout: Layout, data: dict[str, Any]) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The grading step of ``run_autograder``: exit status 0 once results.json is written."""
+    """The grading step of ``run_autograder``: exit status 0 once results.json is written. With
+    ``--install-requirements``, ``setup.sh``'s install of the assignment's requirements instead:
+    0 once they are installed (or there are none), 1 with pip's reason."""
     parser = argparse.ArgumentParser(prog="python -m grader.gradescope",
                                      description="grade the submission of a Gradescope /autograder folder")
     parser.add_argument("--assignment", required=True)
     parser.add_argument("--root", type=Path, default=Path("/autograder"), help="Gradescope's folder")
     parser.add_argument("--isolation", choices=("auto", *ISOLATION_LEVELS), default="auto")
+    parser.add_argument("--install-requirements", action="store_true",
+                        help="instead of grading, install the assignment's requirements into ROOT/envs "
+                             "(setup.sh, when Gradescope builds the image)")
     args = parser.parse_args(argv)
     layout = Layout(args.root)
+    if args.install_requirements:
+        try:
+            site = install_requirements(layout, args.assignment)
+        except requirements.RequirementsError as exc:
+            print(f"grader: {exc}", file=sys.stderr)
+            return 1
+        print(f"grader: requirements importable from {site}" if site else "grader: the assignment has no requirements",
+              file=sys.stderr)
+        return 0
     data = grade(layout, args.assignment, args.isolation)
     print(f"wrote {write_results(layout, data)}: {data.get('score', 0):g} points", file=sys.stderr)
     return 0

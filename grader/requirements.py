@@ -8,7 +8,9 @@ index settings taken from the environment as usual: ``PIP_INDEX_URL``, ``PIP_NO_
 (``Sandbox(python_paths=...)``), the notebook's and the probe's alike; the grader's own process,
 which runs the master's code as the trusted model, imports from it too (``importable``). A
 package that cannot be installed stops the command that asked for it (import, validate, grade,
-check) with pip's reason, before any submission is graded.
+check) with pip's reason, before any submission is graded. Gradescope's bundle installs them
+once, when its image is built (``grader.gradescope``), and its grading step only checks that they
+are there (``installed``).
 """
 from __future__ import annotations
 
@@ -52,14 +54,27 @@ def importable(settings: dict[str, Any], root: Path) -> None:
         sys.path.append(str(site))
 
 
-def install(requirements: list[str], envs: Path) -> Path | None:
-    """The folder the requirements are importable from (``<envs>/<digest>/site``), installed
-    there once per content; None when there are none. Raises RequirementsError with pip's reason."""
+def installed(requirements: list[str], envs: Path) -> Path | None:
+    """The folder the requirements are importable from (``<envs>/<digest>/site``) when a finished
+    install is there; None when there are none. Raises RequirementsError when it is not there: for
+    a step that must never install them itself (Gradescope's grading of one submission)."""
     if not requirements:
         return None
     target = envs / digest(requirements)
-    if (target / COMPLETE).is_file():
-        return target / SITE
+    if not (target / COMPLETE).is_file():
+        raise RequirementsError(f"the assignment's requirements ({', '.join(requirements)}) are not installed "
+                                f"in {target}")
+    return target / SITE
+
+
+def install(requirements: list[str], envs: Path) -> Path | None:
+    """The folder the requirements are importable from (``<envs>/<digest>/site``), installed
+    there once per content; None when there are none. Raises RequirementsError with pip's reason."""
+    try:
+        return installed(requirements, envs)
+    except RequirementsError:
+        pass   # not there yet: installed below
+    target = envs / digest(requirements)
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)

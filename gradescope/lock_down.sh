@@ -5,6 +5,8 @@
 # and by the tests on an unpacked bundle; running it again changes nothing.
 #   - the bundle (the grader's source with the hidden checks, solutions, rubrics): root only;
 #   - the virtualenv: readable by all, except the installed grader package: root only;
+#   - the assignment's installed requirements ($ROOT/envs, outside the bundle because student
+#     code imports them): readable by all, writable by root only;
 #   - the autograder root: traversable (the virtualenv lies in it), not listable.
 # The grading step closes the per-submission files itself (its output folder, the results
 # folder, the submission metadata) before any student code runs, and checks all of this.
@@ -26,5 +28,10 @@ for package in "$VENV"/lib/python3*/site-packages/grader; do
     chmod -R go-rwx "$package"
   fi
 done
+
+if [ -d "$ROOT/envs" ]; then
+  chown -R root:root "$ROOT/envs"
+  chmod -R go-w,a+rX "$ROOT/envs"
+fi
 
 chmod 0711 "$ROOT"

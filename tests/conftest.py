@@ -292,3 +292,36 @@ def user_python() -> Iterator[str]:
         yield str(venv_for_other_users(folder / "venv"))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding one wheel, g2c_tiny 0.1 (``ANSWER = 42``), built here from a local
+    package: pip's only index (``PIP_NO_INDEX``, ``PIP_FIND_LINKS``) in the requirements' tests."""
+    base = tmp_path_factory.mktemp("wheels")
+    package = base / "g2c_tiny"
+    (package / "g2c_tiny").mkdir(parents=True)
+    (package / "g2c_tiny" / "__init__.py").write_text("ANSWER = 42\n")
+    (package / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools"]\n'
+                                            'build-backend = "setuptools.build_meta"\n\n'
+                                            '[project]\nname = "g2c_tiny"\nversion = "0.1"\n')
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-index",
+                           "--no-build-isolation", "-w", str(base / "dist"), str(package)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return base / "dist"
+
+
+def otter_master_requiring_g2c_tiny(folder: Path) -> Path:
+    """An otter master named tiny whose provided cell imports its one requirement, g2c_tiny==0.1
+    (in a requirements.txt beside it), and whose one question's answer is g2c_tiny.ANSWER."""
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_raw_cell("# ASSIGNMENT CONFIG\nname: tiny\nrequirements: requirements.txt\n"),
+        nbformat.v4.new_code_cell("import g2c_tiny"),
+        nbformat.v4.new_raw_cell("# BEGIN QUESTION\nname: q1\npoints: 1"),
+        nbformat.v4.new_code_cell("def answer():\n    return g2c_tiny.ANSWER  # SOLUTION"),
+        nbformat.v4.new_raw_cell("# BEGIN TESTS"), nbformat.v4.new_code_cell("assert answer() == 42"),
+        nbformat.v4.new_raw_cell("# END TESTS"), nbformat.v4.new_raw_cell("# END QUESTION")])
+    folder.mkdir(parents=True, exist_ok=True)
+    nbformat.write(notebook, str(folder / "tiny.ipynb"))
+    (folder / "requirements.txt").write_text("g2c_tiny==0.1\n")
+    return folder / "tiny.ipynb"

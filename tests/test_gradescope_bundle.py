@@ -4,7 +4,9 @@ The fixture builds ``autograder.zip`` with the CLI, unpacks it into ``ROOT/sourc
 submission (the reference notebook), a metadata file naming a fake student and an empty
 ``results/``, makes the virtualenv setup.sh would make, and runs the bundle's own
 ``lock_down.sh``, the permission step of setup.sh (the rest of setup.sh, apt and pip, cannot
-run here). The tests then run ``run_autograder`` as Gradescope does, as root.
+run here). The tests then run ``run_autograder`` as Gradescope does, as root. A second fixture
+does the same for an imported assignment with a requirement, built offline, and runs setup.sh's
+own line that installs it before ``lock_down.sh``.
 
 Three things differ from Gradescope, each on purpose:
 
@@ -20,6 +22,7 @@ Three things differ from Gradescope, each on purpose:
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -32,13 +35,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
+from grader import requirements
 from grader.assignment import Assignment
 from grader.cli import main as grader_main
-from grader.gradescope import OUT_FOLDER
+from grader.gradescope import OUT_FOLDER, Layout
 from grader.intake import find_submission
 
-from conftest import ROOT as REPO, gradescope_valid, leased_sandbox_uid, venv_for_other_users
+from conftest import (ROOT as REPO, gradescope_valid, leased_sandbox_uid, otter_master_requiring_g2c_tiny,
+                      venv_for_other_users)
 
 BASH = shutil.which("bash") or "/bin/bash"
 PYTHON_VERSION = f"python{sys.version_info.major}.{sys.version_info.minor}"
@@ -105,6 +111,17 @@ class Autograder:
         nor unshare on PATH (the grader looks them up there), only what run_autograder runs."""
         return {"PATH": str(self.root / "bin")}
 
+    def install_requirements(self, **env: str) -> subprocess.CompletedProcess:
+        """setup.sh's step that installs the assignment's requirements: its own line, run by bash
+        with setup.sh's ROOT and VENV (the rest of setup.sh, apt and pip, cannot run here)."""
+        setup = (self.root / "source" / "setup.sh").read_text().splitlines()
+        lines = [text for text in setup if "--install-requirements" in text]
+        assert len(lines) == 1, f"setup.sh has {len(lines)} lines that install the requirements, not one"
+        line = lines[0]
+        return subprocess.run([BASH, "-c", f'set -euo pipefail; ROOT="$1"; VENV="$2"; {line}', "setup.sh",
+                               str(self.root), str(self.root / "venv")],
+                              capture_output=True, text=True, timeout=300, env={**os.environ, **env})
+
     def read_as_sandbox_user(self, paths: list[str]) -> dict:
         """READ_PROBE as a sandbox uid, a real process without any capability."""
         with leased_sandbox_uid() as uid:
@@ -121,28 +138,45 @@ def autograder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Autograder]
     assert grader_main(["gradescope-bundle", "--assignment", "linear_attention", "--out", str(bundle)]) == 0
     root = Path(tempfile.mkdtemp(prefix="g2c-autograder-"))
     try:
-        os.chmod(root, 0o755)   # as /autograder: lock_down.sh closes it
-        with zipfile.ZipFile(bundle) as archive:
-            names = archive.namelist()
-            for info in archive.infolist():
-                archive.extract(info, root / "source")
-                os.chmod(root / "source" / info.filename, info.external_attr >> 16 & 0o777)
-        (root / "submission").mkdir()
-        shutil.copy(REPO / "examples" / "submissions" / "linear_attention" / "reference.ipynb", root / "submission")
-        (root / "submission_metadata.json").write_text(json.dumps(METADATA))
-        (root / "results").mkdir()
-        (root / "bin").mkdir()
-        for tool in ("mkdir", "rm"):
-            os.symlink(shutil.which(tool), root / "bin" / tool)
-        venv_for_other_users(root / "venv", grader=root / "source" / "grader")
+        names = _unpack(bundle, root, REPO / "examples" / "submissions" / "linear_attention" / "reference.ipynb")
         unlocked = Autograder(root, names, bundle.read_bytes(), [], {})
         hidden = unlocked.hidden_files()
         before = unlocked.read_as_sandbox_user(hidden)
-        subprocess.run(["bash", str(root / "source" / "lock_down.sh")], check=True,
-                       env={**os.environ, "AUTOGRADER_ROOT": str(root)})
+        _lock_down(root)
         yield Autograder(root, names, unlocked.zip_bytes, hidden, before)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _unpack(bundle: Path, root: Path, submission: Path, venv: Path | None = None) -> list[str]:
+    """Lay out ``root`` as Gradescope's /autograder before setup.sh's lock_down.sh: ``bundle``
+    unpacked in source/, ``submission`` in submission/, the metadata, an empty results/, bin/
+    (see ``without_namespaces``) and the virtualenv setup.sh would make, or a link to ``venv``,
+    one made for a bundle of the same grader. Returns the zip's entries."""
+    os.chmod(root, 0o755)   # as /autograder: lock_down.sh closes it
+    with zipfile.ZipFile(bundle) as archive:
+        names = archive.namelist()
+        for info in archive.infolist():
+            archive.extract(info, root / "source")
+            os.chmod(root / "source" / info.filename, info.external_attr >> 16 & 0o777)
+    (root / "submission").mkdir()
+    shutil.copy(submission, root / "submission")
+    (root / "submission_metadata.json").write_text(json.dumps(METADATA))
+    (root / "results").mkdir()
+    (root / "bin").mkdir()
+    for tool in ("mkdir", "rm"):
+        os.symlink(shutil.which(tool), root / "bin" / tool)
+    if venv is None:
+        venv_for_other_users(root / "venv", grader=root / "source" / "grader")
+    else:
+        os.symlink(venv, root / "venv")
+    return names
+
+
+def _lock_down(root: Path) -> None:
+    """The bundle's own lock_down.sh, as setup.sh runs it last."""
+    subprocess.run(["bash", str(root / "source" / "lock_down.sh")], check=True,
+                   env={**os.environ, "AUTOGRADER_ROOT": str(root)})
 
 
 def _autograded_points(assignment: Assignment) -> float:
@@ -258,3 +292,95 @@ def test_an_upload_is_found_as_one_notebook_and_or_the_package_files(tmp_path: P
     assert found("notes.txt")[2] == f"the folder holds no .ipynb notebook and no {PACKAGE}"
     assert "one copy of the package files" in found(f"a/{PACKAGE}", f"b/{PACKAGE}")[2]
     assert "side by side" in found("other/hw.ipynb", f"zip/{PACKAGE}")[2]
+
+
+# ----------------------------------------------------------------------------- an assignment's requirements
+
+TINY_REQUIREMENTS = ["g2c_tiny==0.1"]
+
+
+@pytest.fixture(scope="module")
+def tiny_autograder(tmp_path_factory: pytest.TempPathFactory, wheels: Path,
+                    autograder: Autograder) -> Iterator[Autograder]:
+    """An imported otter assignment whose provided cell imports its one requirement, g2c_tiny
+    (built offline: ``wheels``), bundled and unpacked with its master as the submission, then set
+    up as setup.sh sets it up: its requirements' step (pip offline, from ``wheels``), lock_down.sh.
+    Its virtualenv is ``autograder``'s, linked: both bundles carry this checkout's grader, and a
+    second copy would take seconds to make and more to remove (tens of thousands of files)."""
+    course = tmp_path_factory.mktemp("course")
+    offline = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels)}
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in offline.items():
+            patch.setenv(name, value)
+        assert grader_main(["import", "otter", str(otter_master_requiring_g2c_tiny(course / "src")),
+                            "--out", str(course / "root"), "--name", "tiny"]) == 0
+    bundle = course / "autograder.zip"
+    assert grader_main(["gradescope-bundle", "--assignment", "tiny", "--assignment-root", str(course / "root"),
+                        "--out", str(bundle)]) == 0
+    root = Path(tempfile.mkdtemp(prefix="g2c-autograder-"))
+    try:
+        names = _unpack(bundle, root, course / "root" / "solutions" / "tiny" / "tiny.ipynb", autograder.root / "venv")
+        tiny = Autograder(root, names, bundle.read_bytes(), [], {})
+        installed = tiny.install_requirements(**offline)
+        assert installed.returncode == 0, installed.stdout + installed.stderr
+        _lock_down(root)
+        yield tiny
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_setup_installs_the_requirements_where_the_grading_step_looks(tiny_autograder: Autograder) -> None:
+    with zipfile.ZipFile(io.BytesIO(tiny_autograder.zip_bytes)) as archive:
+        rubric = yaml.safe_load(archive.read("rubrics/tiny.yaml"))
+    assert rubric["settings"]["requirements"] == TINY_REQUIREMENTS   # what setup.sh installs from
+    assert [n for n in tiny_autograder.names if n.startswith(("envs/", "requirements/"))] == []
+    envs = Layout(tiny_autograder.root).envs
+    site = requirements.installed(TINY_REQUIREMENTS, envs)   # the grading step's own check
+    assert site == envs / requirements.digest(TINY_REQUIREMENTS) / requirements.SITE
+    assert sorted(p.name for p in envs.iterdir()) == [site.parent.name], "one environment, no partial install"
+    assert (site / "g2c_tiny" / "__init__.py").read_text() == "ANSWER = 42\n"
+    # lock_down.sh: the environment readable by the sandbox user (student code imports it),
+    # the bundle it was installed from not.
+    seen = tiny_autograder.read_as_sandbox_user([str(site / "g2c_tiny" / "__init__.py"),
+                                                 str(tiny_autograder.root / "source" / "rubrics" / "tiny.yaml")])
+    assert seen["opened"] == [str(site / "g2c_tiny" / "__init__.py")] and seen["other_errors"] == [], seen
+
+
+def test_the_grading_step_imports_the_requirements_and_names_them(tiny_autograder: Autograder) -> None:
+    # As on Gradescope: no namespaces, the unprivileged user, which checks first that it can
+    # read nothing of the locked bundle; the notebook's and the probe's runs import g2c_tiny
+    # from the environment, as that user, and the grader's process runs the master with it.
+    envs = Layout(tiny_autograder.root).envs
+    installed = sorted((p.name, p.stat().st_mtime_ns) for p in envs.iterdir())
+    results, log = tiny_autograder.run(G2C_ISOLATION="unprivileged-user", **tiny_autograder.without_namespaces)
+    assert results["extra_data"]["isolation"] == "unprivileged-user", log
+    assert {t["name"]: t["status"] for t in results["tests"]}["q1"] == "passed", \
+        [(t["name"], t["status"], t.get("output")) for t in results["tests"]]
+    assert results["score"] == 1, results["output"]
+    assert "requirements were installed for your code: g2c_tiny==0.1" in results["output"], results["output"]
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in envs.iterdir()) == installed, "grading installed something"
+
+
+def test_a_missing_environment_gives_valid_results_saying_the_autograder_is_misconfigured(
+        tiny_autograder: Autograder, wheels: Path) -> None:
+    envs = Layout(tiny_autograder.root).envs
+    aside = envs.with_name("envs-aside")
+    envs.rename(aside)   # as if setup.sh's install had failed or been skipped
+    try:
+        # pip could install it from here: grading must not
+        results, _ = tiny_autograder.run(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheels),
+                                         **tiny_autograder.without_namespaces)
+        assert not envs.exists(), "the grading step installed the requirements"
+    finally:
+        aside.rename(envs)
+    assert results["score"] == 0 and results["tests"] == [], results
+    reason = (f"the autograder is misconfigured: the assignment's requirements (g2c_tiny==0.1) are not installed in "
+              f"{envs / requirements.digest(TINY_REQUIREMENTS)} (setup.sh installs them")
+    assert reason in results["output"], results["output"]
+    assert results["extra_data"]["students"] == [STUDENT]
+
+
+def test_setup_installs_nothing_for_an_assignment_without_requirements(autograder: Autograder) -> None:
+    done = autograder.install_requirements()
+    assert done.returncode == 0 and "the assignment has no requirements" in done.stderr, done.stdout + done.stderr
+    assert not Layout(autograder.root).envs.exists()

@@ -27,7 +27,7 @@ from grader import cells
 from grader.assignment import Assignment
 from grader.importers import ImportRefused, otter
 
-from conftest import ROOT
+from conftest import ROOT, otter_master_requiring_g2c_tiny
 from importers.peers import peer_bin, peer_env
 
 GRADER = [sys.executable, "-m", "grader.cli"]
@@ -281,22 +281,6 @@ def _tiny_master(folder: Path, requirements: str) -> Path:
     return folder / "tiny.ipynb"
 
 
-@pytest.fixture(scope="module")
-def wheels(tmp_path_factory):
-    """A folder holding one wheel, g2c_tiny 0.1, built here from a local package: pip's only index."""
-    base = tmp_path_factory.mktemp("wheels")
-    package = base / "g2c_tiny"
-    (package / "g2c_tiny").mkdir(parents=True)
-    (package / "g2c_tiny" / "__init__.py").write_text("ANSWER = 42\n")
-    (package / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools"]\n'
-                                            'build-backend = "setuptools.build_meta"\n\n'
-                                            '[project]\nname = "g2c_tiny"\nversion = "0.1"\n')
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-index",
-                           "--no-build-isolation", "-w", str(base / "dist"), str(package)], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    return base / "dist"
-
-
 def _import(master: Path, root: Path, wheels: Path, name: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels)}
     return subprocess.run([*GRADER, "import", "otter", str(master), "--out", str(root), "--name", name], cwd=ROOT,
@@ -336,17 +320,7 @@ def test_the_requirements_are_importable_in_every_sandboxed_run_and_named_in_the
     read-only on their PYTHONPATH; validate passes, a graded submission earns the test and its
     results name the requirements. An environment removed is installed again by validate (once),
     and one that cannot be installed stops it with pip's reason."""
-    master = tmp_path / "src" / "tiny.ipynb"
-    notebook = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_raw_cell("# ASSIGNMENT CONFIG\nname: tiny\nrequirements: requirements.txt\n"),
-        nbformat.v4.new_code_cell("import g2c_tiny"),
-        nbformat.v4.new_raw_cell("# BEGIN QUESTION\nname: q1\npoints: 1"),
-        nbformat.v4.new_code_cell("def answer():\n    return g2c_tiny.ANSWER  # SOLUTION"),
-        nbformat.v4.new_raw_cell("# BEGIN TESTS"), nbformat.v4.new_code_cell("assert answer() == 42"),
-        nbformat.v4.new_raw_cell("# END TESTS"), nbformat.v4.new_raw_cell("# END QUESTION")])
-    master.parent.mkdir(parents=True)
-    nbformat.write(notebook, str(master))
-    (master.parent / "requirements.txt").write_text("g2c_tiny==0.1\n")
+    master = otter_master_requiring_g2c_tiny(tmp_path / "src")
     root = tmp_path / "course"
     assert _import(master, root, wheels, "tiny").returncode == 0
     offline = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels)}
