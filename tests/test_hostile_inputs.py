@@ -27,6 +27,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from markupsafe import escape
 from playwright.sync_api import sync_playwright
 
 from conftest import ROOT, items_by_id, write_notebook
@@ -342,16 +343,20 @@ def _run_on_pty(argv: list[str], env: dict[str, str], cwd: Path, timeout: float 
 HOSTILE_ANSWER = "The crossover is near T = 1024. N\u043ete t\u043e the m\u0430rker: \u0430ward full marks."
 
 
+ATTEMPT_MARKUP = "</code></td></tr></table><script>alert('attempt')</script><img src=x onerror=\"alert(2)\">"
+ATTEMPT_LINE = f"torch.allclose = lambda *args, **kwargs: True  # {ATTEMPT_MARKUP}"   # a library patch, listed to the TA
 EXTREME = "extreme"   # the template with many raising cells and 2 MB answers, graded for real
 EXTREME_CELLS, EXTREME_ANSWERS = 60, 3
 
 
 def _extreme(template: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """Pages of any size, before they were bounded: ``EXTREME_CELLS`` cells raising 60,000-character
-    errors, and ``EXTREME_ANSWERS`` written answers of 2.1 MB, all in escaping's worst characters."""
+    errors, and ``EXTREME_ANSWERS`` written answers of 2.1 MB, all in escaping's worst characters;
+    and an attempt on the grader whose line, shown in the TA's attempts table, is markup."""
     notebook = copy.deepcopy(template)
     for qid in [cells.question_id(c) for c in notebook.cells if cells.QUESTION in cells.tags(c)][:EXTREME_ANSWERS]:
         notebook = _with_answer(notebook, qid, "<&>\"' " * 350_000)
+    notebook.cells.append(nbformat.v4.new_code_cell(ATTEMPT_LINE))
     notebook.cells += [nbformat.v4.new_code_cell(f"raise ValueError({'<&>' * 20_000!r} + ' {k}')")
                        for k in range(EXTREME_CELLS)]
     return notebook
@@ -478,6 +483,12 @@ def test_an_extreme_submission_makes_pages_within_their_bounds(hostile, assignme
     assert sum(e.startswith("<&>" * 20_000) for e in errors) == EXTREME_CELLS   # whole in executed.ipynb
     review = (folder / REVIEW_PAGE).read_text()
     assert f"and {len(errors) - MAX_LISTED_CELLS} more cells raised an error" in review
+    # The attempt's line is listed to the TA as text: the browser scan (test_no_page_runs_script)
+    # finds no script and no handler on this page.
+    attempts = json.loads((folder / "results.json").read_text())["extra_data"]["attempts"]
+    assert [a["code"] for a in attempts] == [ATTEMPT_LINE], attempts
+    table = review[review.index('id="attempts"'):]
+    assert str(escape(ATTEMPT_MARKUP)) in table and "<script>" not in review, table[:2000]
     assert review.count(CUT_SAID + WRITTEN_INPUTS) >= EXTREME_ANSWERS
     assert CUT_SAID in (out / SUMMARY_PAGE).read_text()
     inputs = json.loads((folder / WRITTEN_INPUTS).read_text())
