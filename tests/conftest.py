@@ -162,31 +162,42 @@ HONEST_TEXT = ("naïve café, Ωμέγα, 中文, עברית, العربية", "
                "emoji 🎉 👩\u200d💻 (the joiner stays)", "[bold]markup[/bold] and [31m are text", "")
 
 
-# The test files that use ``batch``: ``make test``'s two test processes run them in one, so that
-# the batch is graded once (see pytest_xdist_make_scheduler).
-SHARING_THE_BATCH = ("test_grading.py", "test_hostile_inputs.py", "test_pages.py", "test_timings.py")
+# Session fixtures that cost minutes, each built once: ``make test``'s test processes run the files
+# that use one in the same process (see pytest_xdist_make_scheduler).
+SHARING = {"batch": ("test_grading.py", "test_hostile_inputs.py", "test_pages.py", "test_timings.py"),
+           "scaffold_corpus": ("test_hidden_checks.py", "test_isolated_concerns.py")}
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """``--dist loadfile`` (``make test``), with the files sharing ``batch`` as one file."""
+    """``--dist loadfile`` (``make test``), with the files sharing a fixture of SHARING as one file."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
+    group = {file: f"the files sharing {fixture}" for fixture, files in SHARING.items() for file in files}
 
-    class SharedBatchScheduling(LoadFileScheduling):
+    class SharedFixtureScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = super()._split_scope(nodeid)
-            return "the files sharing batch" if Path(path).name in SHARING_THE_BATCH else path
+            return group.get(Path(path).name, path)
 
-    return SharedBatchScheduling(config, log)
+    return SharedFixtureScheduling(config, log)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Keep SHARING_THE_BATCH complete: a file missing from it would grade the batch again."""
-    missing = {item.path.name for item in items if "batch" in getattr(item, "fixturenames", ())} - set(SHARING_THE_BATCH)
-    if missing:
-        raise pytest.UsageError(f"tests/conftest.py: add {sorted(missing)} to SHARING_THE_BATCH")
+    """Keep SHARING complete: a file missing from it would build its fixture again."""
+    for fixture, files in SHARING.items():
+        missing = {item.path.name for item in items if fixture in getattr(item, "fixturenames", ())} - set(files)
+        if missing:
+            raise pytest.UsageError(f"tests/conftest.py: add {sorted(missing)} to SHARING[{fixture!r}]")
+
+
+@pytest.fixture(scope="session")
+def scaffold_corpus() -> dict:
+    """Every scaffold of tests/scaffolds graded in process (``test_hidden_checks.grade_corpus``):
+    name -> (verdicts of the corpus items, deviation from the reference)."""
+    from test_hidden_checks import grade_corpus
+    return grade_corpus()
 
 
 @pytest.fixture(scope="session")

@@ -287,11 +287,17 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
-@pytest.fixture(scope="module")
-def graded() -> dict[str, tuple[dict[str, Verdict], dict[str, float]]]:
+def grade_corpus() -> dict[str, tuple[dict[str, Verdict], dict[str, float]]]:
+    """Every scaffold through ``grade_in_process``, two at a time: conftest's session fixture
+    ``scaffold_corpus``, which tests/test_isolated_concerns.py reads too."""
     names = CORRECT + MUTANTS + list(CHEATS)
     with ProcessPoolExecutor(max_workers=2, initializer=_one_thread) as pool:
         return dict(zip(names, pool.map(grade_in_process, names)))
+
+
+@pytest.fixture(scope="module")
+def graded(scaffold_corpus) -> dict[str, tuple[dict[str, Verdict], dict[str, float]]]:
+    return scaffold_corpus
 
 
 @pytest.fixture(scope="module")

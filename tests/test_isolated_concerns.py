@@ -1,5 +1,5 @@
 """Issue 41: one bug, one concern. Each layer item is judged where its concern can be observed
-on its own (tests/scaffolds/, graded in process as in tests/test_hidden_checks.py):
+on its own (tests/scaffolds/, graded in process once for both files: conftest's ``scaffold_corpus``):
 
 - alignment by two runs that differ only in token t's key and value (output t must change);
 - the state contract by the tensors handed to step, before and after, with no condition on
@@ -18,7 +18,6 @@ import pytest
 
 from grader.checks import linear_attention as checks
 
-from test_hidden_checks import grade_in_process
 
 LAYER = checks.LAYER_ITEMS
 # A mutant -> exactly the layer items it fails (none may be an error: every concern is observed).
@@ -43,8 +42,9 @@ CORRECT = ("correct_einsum", "correct_state_transposed", "correct_forward_via_st
 
 
 @pytest.fixture(scope="module")
-def graded() -> dict:
-    return {name: grade_in_process(name)[0] for name in (*LOST, *CORRECT)}
+def graded(scaffold_corpus) -> dict:
+    """The corpus's verdicts (tests/test_hidden_checks.py grades every scaffold once)."""
+    return {name: scaffold_corpus[name][0] for name in (*LOST, *CORRECT)}
 
 
 @pytest.mark.parametrize("name", sorted(LOST))
