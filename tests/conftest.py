@@ -322,9 +322,9 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base / "dist"
 
 
-def otter_master_requiring_g2c_tiny(folder: Path) -> Path:
-    """An otter master named tiny whose provided cell imports its one requirement, g2c_tiny==0.1
-    (in a requirements.txt beside it), and whose one question's answer is g2c_tiny.ANSWER."""
+def otter_master_requiring_g2c_tiny(folder: Path, requirements: str = "g2c_tiny==0.1\n") -> Path:
+    """An otter master named tiny whose provided cell imports g2c_tiny, and whose one question's
+    answer is g2c_tiny.ANSWER; its config names ``requirements`` (a requirements.txt beside it)."""
     notebook = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_raw_cell("# ASSIGNMENT CONFIG\nname: tiny\nrequirements: requirements.txt\n"),
         nbformat.v4.new_code_cell("import g2c_tiny"),
@@ -334,5 +334,5 @@ def otter_master_requiring_g2c_tiny(folder: Path) -> Path:
         nbformat.v4.new_raw_cell("# END TESTS"), nbformat.v4.new_raw_cell("# END QUESTION")])
     folder.mkdir(parents=True, exist_ok=True)
     nbformat.write(notebook, str(folder / "tiny.ipynb"))
-    (folder / "requirements.txt").write_text("g2c_tiny==0.1\n")
+    (folder / "requirements.txt").write_text(requirements)
     return folder / "tiny.ipynb"

@@ -266,21 +266,6 @@ def test_a_notebook_that_is_not_otters_is_refused(tmp_path):
 
 # ----------------------------------------------------------------------------- requirements, offline
 
-def _tiny_master(folder: Path, requirements: str) -> Path:
-    """A one-question otter master whose config names ``requirements.txt``, written beside it."""
-    notebook = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_raw_cell("# ASSIGNMENT CONFIG\nname: tiny\nrequirements: requirements.txt\n"),
-        nbformat.v4.new_code_cell("import math"),
-        nbformat.v4.new_raw_cell("# BEGIN QUESTION\nname: q1\npoints: 1"),
-        nbformat.v4.new_code_cell("def double(x):\n    return 2 * x  # SOLUTION"),
-        nbformat.v4.new_raw_cell("# BEGIN TESTS"), nbformat.v4.new_code_cell("assert double(2) == 4"),
-        nbformat.v4.new_raw_cell("# END TESTS"), nbformat.v4.new_raw_cell("# END QUESTION")])
-    folder.mkdir(parents=True, exist_ok=True)
-    nbformat.write(notebook, str(folder / "tiny.ipynb"))
-    (folder / "requirements.txt").write_text(requirements)
-    return folder / "tiny.ipynb"
-
-
 def _import(master: Path, root: Path, wheels: Path, name: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels)}
     return subprocess.run([*GRADER, "import", "otter", str(master), "--out", str(root), "--name", name], cwd=ROOT,
@@ -288,7 +273,7 @@ def _import(master: Path, root: Path, wheels: Path, name: str) -> subprocess.Com
 
 
 def test_requirements_are_recorded_and_installed_once_per_content(tmp_path, wheels):
-    master = _tiny_master(tmp_path / "src", "g2c_tiny==0.1  # the course's helpers\n")
+    master = otter_master_requiring_g2c_tiny(tmp_path / "src", "g2c_tiny==0.1  # the course's helpers\n")
     root = tmp_path / "course"
     done = _import(master, root, wheels, "tiny")
     assert done.returncode == 0, done.stderr
@@ -305,7 +290,7 @@ def test_requirements_are_recorded_and_installed_once_per_content(tmp_path, whee
 
 
 def test_a_requirement_that_cannot_be_installed_stops_the_import(tmp_path, wheels):
-    master = _tiny_master(tmp_path / "src", "g2c_tiny==0.1\ng2c_not_a_package==9.9\n")
+    master = otter_master_requiring_g2c_tiny(tmp_path / "src", "g2c_tiny==0.1\ng2c_not_a_package==9.9\n")
     root = tmp_path / "course"
     done = _import(master, root, wheels, "tiny")
     assert done.returncode == 2
