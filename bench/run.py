@@ -47,7 +47,12 @@ sys.path.insert(0, str(REPO))   # run as a script: this checkout's grader and be
 
 from bench.coordinator import PEAK_LINE  # noqa: E402
 from bench.measure import Figure, Target, alternate, bench_record, median, ratio, slope_ms, stage_medians, write_record  # noqa: E402
+from grader.assignment import Assignment  # noqa: E402
 from grader.execute import GRADING_ENV  # noqa: E402
+from grader.load import load_submission  # noqa: E402
+from grader.pipeline import SubmissionGrader  # noqa: E402
+from grader.sandbox.factory import make_sandbox  # noqa: E402
+from grader.sandbox.limits import MemoryShare  # noqa: E402
 from grader.harness.cpu_time import AFTER_HUNG_S  # noqa: E402
 from grader.rubric import load_rubric  # noqa: E402
 
@@ -203,6 +208,35 @@ class Bench:
         print(f"{name}: where the time goes (median over {len(recorded)} runs, results.json extra_data.timings):")
         for stage, seconds in self.stages[name]:
             print(f"    {seconds:7.2f} s  {stage}")
+
+    def probe_costs(self) -> None:
+        """Where the probe's time goes, for each reference: per kind of case, how many ran, the
+        supervisor's wall seconds for them and the workers it forked (``ProbeResult.costs``)."""
+        for name in PER_SUBMISSION:
+            assignment = Assignment(name)
+            notebook = REPO / "solutions" / name / f"{name}.ipynb"
+            submission = load_submission(notebook, "reference", assignment.template, 50 * 2**20)
+            grader = SubmissionGrader(assignment, make_sandbox(assignment.rubric.limits, allow_unsandboxed=False))
+            notes: list[str] = []
+            probe, problem = grader.probe(submission, MemoryShare(), notes)
+            if probe is None:
+                raise BenchError(f"{name}: the probe could not run: {problem}")
+            kinds: dict[str, list[float]] = {}
+            for case in grader.probe_cases():
+                cost = probe.costs.get(case.name)
+                if cost is not None and cost.seconds > 0:
+                    cases, seconds, forks = kinds.get(case.kind, (0, 0.0, 0))
+                    kinds[case.kind] = [cases + 1, seconds + cost.seconds, forks + cost.forks]
+            forks = sum(cost.forks for cost in probe.costs.values())
+            found = [(f"{kind}: {int(cases)} cases, {int(forked)} workers", round(seconds, 3))
+                     for kind, (cases, seconds, forked) in sorted(kinds.items(), key=lambda k: -k[1][1])]
+            self.stages[f"{name} probe"] = [("probe_start", round(probe.start_seconds, 3)),
+                                            ("import", probe.costs["import"].seconds), *found]
+            print(f"{name}: the probe, {probe.start_seconds:.2f} s to start and {probe.cases_seconds:.2f} s of "
+                  f"cases, {forks} workers forked ({1000 * probe.cases_seconds / max(forks, 1):.0f} ms each on "
+                  f"average){'; ' + '; '.join(notes) if notes else ''}")
+            for stage, seconds in self.stages[f"{name} probe"]:
+                print(f"    {seconds:7.2f} s  {stage}")
 
     def against_otter(self) -> None:
         """The small assignment graded by ``otter run`` and by ``grader grade``, alternated."""
@@ -547,6 +581,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start", flush=True)
     try:
         bench.section("per submission against the floor", bench.per_submission)
+        bench.section("the probe, case by case", bench.probe_costs)
         bench.section("against otter-grader", bench.against_otter)
         bench.section("a submission that sleeps", bench.sleeping_submission)
         bench.section("throughput, regrades and memory", bench.throughput)

@@ -274,7 +274,7 @@ class SubmissionGrader:
         try:
             # A package file is graded without a readable notebook too.
             probing = (prober.submit(_retried, "the probe", probe_notes,
-                                     lambda stage_notes: self._probe(submission, share, stage_notes),
+                                     lambda stage_notes: self.probe(submission, share, stage_notes),
                                      lambda outcome: outcome[0].backstop() if outcome[0] else None)
                        if submission.scaffold_sources else None)
             if submission.fatal is None:
@@ -306,8 +306,10 @@ class SubmissionGrader:
         notes.extend(f"stopped during execution: {reason}" for reason in result.stopped)
         return result
 
-    def _probe(self, submission: Submission, share: MemoryShare,
-               notes: list[str]) -> tuple[ProbeResult | None, str | None]:
+    def probe(self, submission: Submission, share: MemoryShare,
+              notes: list[str]) -> tuple[ProbeResult | None, str | None]:
+        """The probe of the submission's scaffold (one sandboxed run of the harness), or why it
+        could not be built; what it noted goes to ``notes``. ``make bench`` times it alone."""
         try:
             source, graft_notes = submission_module_source(self.assignment.master, submission.scaffold_sources)
         except GraftError as exc:

@@ -29,6 +29,7 @@ MAX_PROBE_OUTPUT_BYTES = 256 * 2**20   # everything the supervisor relays in one
 MAX_ARRAYS = 400                       # in one worker's message
 MAX_STATE_ARRAYS = 8                   # a state is relayed as at most this many arrays
 MAX_RESTARTS = 12
+MAX_FORKS_PER_FRAME = 1   # a frame's record counts the workers its case or segment started: one, or none
 HARNESS_SCRIPTS = ("probe_harness.py", "cpu_time.py")   # the harness and the CPU meter it imports
 GIVE_UP_AFTER = 2   # hung or crashed cases of one group before the rest of that group is skipped
 FILTER_NOTE = ("the probe ran without its seccomp filter (not x86_64, or refused): its workers could "
@@ -99,6 +100,17 @@ class CaseOutput:
     states: list[list[np.ndarray]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class CaseCost:
+    """What one probe case cost the supervisor: wall seconds, and workers forked (a timing)."""
+
+    seconds: float = 0.0
+    forks: int = 0
+
+    def __add__(self, other: CaseCost) -> CaseCost:
+        return CaseCost(round(self.seconds + other.seconds, 4), self.forks + other.forks)
+
+
 @dataclass
 class ProbeResult:
     import_status: str             # ok | error | not_run
@@ -109,6 +121,9 @@ class ProbeResult:
     # was ready to start workers, and from then on (the import check and the cases).
     start_seconds: float = 0.0
     cases_seconds: float = 0.0
+    # Per case (and ``import``): the supervisor's wall seconds for it and the workers it started,
+    # summed over the runs; read by ``make bench`` (where the probe's time goes), never graded.
+    costs: dict[str, CaseCost] = field(default_factory=dict)
 
     def stages(self) -> list[tuple[str, float]]:
         """Where the probe's time went: ``probe_start``, then ``probe_cases``."""
@@ -201,6 +216,7 @@ def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox
     import_status, import_error = "not_run", None
     deaths: dict[str, int] = {}
     start_seconds = cases_seconds = 0.0
+    costs: dict[str, CaseCost] = {}
     harness = scratch / "probe_harness.py"
     for script in HARNESS_SCRIPTS:
         shutil.copy(HARNESS_DIR / script, scratch / script)
@@ -226,6 +242,8 @@ def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox
         if answer is None:
             import_status, import_error = "error", _process_death("importing your code", result)
             break
+        for name, cost in answer.costs.items():
+            costs[name] = costs.get(name, CaseCost()) + cost
         if sandbox.sandboxed and not answer.syscall_filter and FILTER_NOTE not in notes:
             notes.append(FILTER_NOTE)
         import_status, import_error = answer.import_status, answer.import_error
@@ -253,7 +271,7 @@ def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox
     for name in remaining:
         outputs.setdefault(name, CaseOutput("not_run", f"not run: the probe was {stopped}" if stopped
                                             else "the probe stopped before this case"))
-    return ProbeResult(import_status, import_error, outputs, notes, start_seconds, cases_seconds)
+    return ProbeResult(import_status, import_error, outputs, notes, start_seconds, cases_seconds, costs)
 
 
 def harness_request(module_source: str, cases: list[ProbeCase], case_timeout: float, own_pid_namespace: bool,
@@ -320,11 +338,13 @@ class HarnessAnswer:
     outputs: dict[str, CaseOutput]
     syscall_filter: bool
     ready: float | None = None          # when the supervisor was ready (its monotonic clock), a timing
+    costs: dict[str, CaseCost] = field(default_factory=dict)   # per case and import, a timing
 
 
 def read_answer(stream: bytes, cases: list[ProbeCase]) -> HarnessAnswer | None:
     """The harness's stdout read back (None: it died before reporting the import)."""
     frames = _frames(stream)
+    costs = {name: sum((_cost(record) for record, _ in found), CaseCost()) for name, found in frames.items()}
     import_frames = frames.pop("import", [])
     if not import_frames:
         return None
@@ -334,14 +354,21 @@ def read_answer(stream: bytes, cases: list[ProbeCase]) -> HarnessAnswer | None:
     ready = seconds(record.get("ready"), float("inf"))
     if message is None or not message.ok:
         error = message.error if message else str(record.get("error") or "the import failed")
-        return HarnessAnswer("error", error, {}, syscall_filter, ready)
+        return HarnessAnswer("error", error, {}, syscall_filter, ready, costs)
     outputs: dict[str, CaseOutput] = {}
     for case in cases:
         output = _case_output(case, frames.get(case.name, []))
         if output is None:
             break  # the supervisor died during this case
         outputs[case.name] = output
-    return HarnessAnswer("ok", None, outputs, syscall_filter, ready)
+    return HarnessAnswer("ok", None, outputs, syscall_filter, ready, costs)
+
+
+def _cost(record: dict[str, Any]) -> CaseCost:
+    """A frame's timing as the supervisor recorded it (zero where it recorded none)."""
+    forks = record.get("forks")
+    return CaseCost(seconds(record.get("seconds"), 86_400.0) or 0.0,
+                    forks if type(forks) is int and 0 <= forks <= MAX_FORKS_PER_FRAME else 0)
 
 
 @dataclass

@@ -33,7 +33,7 @@ from grader.checks.linear_attention.answers import (BENCHMARK_ITEMS, GROWS_WITH_
                                                     answer_checks, memory_bill_expected)
 from grader.execute import CellRun, ExecutionResult
 from grader.graft import submission_module_source
-from grader.probe import run_probe
+from grader.probe import ProbeResult, run_probe
 
 from conftest import SCAFFOLDS, as_scaffolds, scaffold_cell
 from probe_in_process import probe_in_process
@@ -724,18 +724,54 @@ def _probe_sandboxed(assignment, sandbox, source: str):
 
 
 @pytest.fixture(scope="module")
-def sandboxed(assignment, sandbox) -> dict[str, dict[str, Verdict]]:
+def sandboxed_probes(assignment, sandbox) -> dict[str, ProbeResult]:
     # Only the sandboxed runs go in threads: CPython 3.11's parser and compiler are not
     # thread-safe ("AST constructor recursion depth mismatch").
     sources = [submission_module_source(assignment.master, as_scaffolds(assignment.master, scaffold_cell(
         assignment.master, (SCAFFOLDS / f"{name}.py").read_text())))[0] for name in SANDBOXED]
     with ThreadPoolExecutor(max_workers=2) as pool:
-        probes = list(pool.map(lambda s: _probe_sandboxed(assignment, sandbox, s), sources))
+        return dict(zip(SANDBOXED, pool.map(lambda s: _probe_sandboxed(assignment, sandbox, s), sources)))
+
+
+@pytest.fixture(scope="module")
+def sandboxed(assignment, sandboxed_probes) -> dict[str, dict[str, Verdict]]:
     graded = {}
-    for name, probe in zip(SANDBOXED, probes):
+    for name, probe in sandboxed_probes.items():
         verdicts = checks.evaluate(_context(assignment, probe))
         graded[name] = {item: verdicts[item] for item in CORPUS_ITEMS}
     return graded
+
+
+@pytest.mark.parametrize("name", SANDBOXED)
+def test_the_probe_times_each_case_and_counts_the_workers_it_forked(assignment, sandboxed_probes, name):
+    """The supervisor's timings (what ``make bench`` prints of the probe): a worker per segment,
+    one shared by the forward batch, one for the import, and each case's wall seconds within
+    the probe's."""
+    probe = sandboxed_probes[name]
+    ran = [c for c in checks.probe_cases(assignment.rubric) if c.name != "training" and probe.cases[c.name].status
+           != "not_run" and not (probe.cases[c.name].error or "").startswith("not run")]
+    costs = probe.costs
+    assert costs["import"].forks == 1 and costs["import"].seconds > 0, costs["import"]
+    for case in ran:
+        cost = costs.get(case.name)
+        assert cost is not None and cost.seconds > 0, (case.name, cost)
+        if case.segments and probe.cases[case.name].status == "ok":
+            assert cost.forks == len(case.segments.bounds), (case.name, cost, len(case.segments.bounds))
+        elif not case.batch:
+            assert cost.forks == 1, (case.name, cost)
+    batched = [c.name for c in ran if c.batch]
+    assert batched and 1 <= sum(costs[n].forks for n in batched) < len(batched), \
+        {n: costs[n].forks for n in batched}
+    spent = sum(cost.seconds for cost in costs.values())
+    assert spent <= probe.cases_seconds + 0.05, (spent, probe.cases_seconds)
+    by_kind: dict[str, list[float]] = {}
+    for case in ran:
+        by_kind.setdefault(case.kind, [0, 0.0, 0])
+        by_kind[case.kind] = [by_kind[case.kind][0] + 1, by_kind[case.kind][1] + costs[case.name].seconds,
+                              by_kind[case.kind][2] + costs[case.name].forks]
+    print(f"\n{name}: {sum(c.forks for c in costs.values())} workers forked, {spent:.2f} s of "
+          f"{probe.cases_seconds:.2f} s in cases; " +
+          "; ".join(f"{kind} {n} cases {sec:.2f} s {forks} forks" for kind, (n, sec, forks) in by_kind.items()))
 
 
 @pytest.mark.parametrize("name", SANDBOXED)

@@ -85,6 +85,7 @@ import cpu_time  # copied next to this file
 # Library functions bound before any student code runs, so that patching the modules in a
 # worker does not change how the harness reads inputs or sends outputs.
 _fork, _pipe, _close, _read, _write, _exit = os.fork, os.pipe, os.close, os.read, os.write, os._exit
+_monotonic, _round = time.monotonic, round
 _dumps, _loads, _BytesIO, _pack, _unpack = json.dumps, json.loads, io.BytesIO, struct.pack, struct.unpack
 _np_save, _np_load, _np_asarray = np.save, np.load, np.asarray
 _tensor = torch.tensor
@@ -1136,6 +1137,7 @@ class Supervisor:
         self.handlers = load_handlers(plan)
         self.kept = None   # the worker of the current batch, waiting for its next case
         self.hung = False  # a case was stopped as hung: later ones wait cpu_time.AFTER_HUNG_S
+        self.forks = 0     # workers started so far: with each case's wall seconds, a timing in its record
         # Compiled once here, not in each of a hundred workers (about 8 ms each): compiling runs
         # none of it. Source that does not compile is left to the workers, which report why.
         try:
@@ -1147,6 +1149,7 @@ class Supervisor:
         in_read, in_write = _pipe() if with_inputs else (-1, -1)
         out_read, out_write = _pipe()
         meter = cpu_time.ChildrenMeter()   # every earlier worker is reaped: from here on, this one's
+        self.forks += 1
         pid = _fork()
         if pid == 0:
             for fd in (in_write, out_read):
@@ -1214,6 +1217,11 @@ class Supervisor:
             chosen.append((match.group(1) if match else name, memoryview(self.store)[start: start + length]))
         return chosen
 
+    def cost(self, started, forks_before):
+        """A timing for a record (decides nothing): the wall seconds since ``started`` and the
+        workers started since ``forks_before`` was read."""
+        return {"seconds": _round(_monotonic() - started, 4), "forks": self.forks - forks_before}
+
     def run_case(self, case):
         """Run a case (its segments one after another). Returns (a worker hung or crashed,
         every worker reported success)."""
@@ -1222,9 +1230,10 @@ class Supervisor:
         for index, _ in enumerate(segments):
             segment = None if segments == [None] else index
             header = {"name": case["name"], "kind": case["kind"], "config": case["config"]}
+            started, forks = _monotonic(), self.forks
             message, problem, timed_out = self.run_worker(header, self.inputs(case, segment) + state,
                                                           "" if segment is not None else case.get("batch", ""))
-            record = {"case": case["name"], "segment": segment}
+            record = {"case": case["name"], "segment": segment, **self.cost(started, forks)}
             if message is None:
                 self.report(dict(record, status="timeout" if timed_out else "error", error=problem), None)
                 return True, False
@@ -1241,10 +1250,11 @@ class Supervisor:
         """Run the import worker, then every case. ``ready``: when this supervisor was ready to
         start workers (on the monotonic clock, which the grader shares), a timing reported with
         the import."""
+        started = _monotonic()
         message, problem, _ = self.run_worker(None, [])
         self.report({"case": "import", "segment": None, "status": "ok" if message else "error",
                      "error": problem, "syscall_filter": self.plan.get("syscall_filter", False),
-                     "ready": ready}, message)
+                     "ready": ready, **self.cost(started, 0)}, message)
         if message is None or message[0] != 0:
             return
         troubled = {}     # group -> how many of its cases hung or crashed
