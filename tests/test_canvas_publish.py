@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -238,6 +239,29 @@ def test_a_canvas_that_keeps_failing_stops_the_run_within_the_bound(folder, lms)
                                                   r"code 500\); try again later: the same command resumes"):
         _run(folder, lms, waits)
     assert waits == [1.0, 2.0, 4.0, 8.0, 16.0] and writes(lms) == []
+
+
+def test_a_canvas_that_never_answers_is_a_transient_failure_not_a_wait_without_end(folder, lms):
+    """canvasapi sets no timeout: each request is given one (REQUEST_TIMEOUT_S), after which it is
+    retried like a dropped connection, and the run stops within the bound, alice kept."""
+    lms.hanging_users = {IDS["bob"]}
+    where = canvas.target(lms.url, str(COURSE), str(ASSIGNMENT))
+    waits: list[float] = []
+    assignment = canvas.open_assignment(where, TOKEN, waits.append, timeout=0.5)
+    started = time.monotonic()
+    try:
+        with pytest.raises(canvas.PublishError, match=r"still failed after 5 retries \(.*(timed out|Timeout).*\); "
+                                                      r"try again later.*1 student posted before"):
+            canvas.publish_grades(canvas.plan(folder, folder / "roster.csv", where), assignment, folder, where, True,
+                                  lambda line: None, waits.append)
+    finally:
+        lms.released.set()
+    print(f"\nbob's requests: {canvas.MAX_RETRIES + 1} of them, unanswered, gave up after "
+          f"{time.monotonic() - started:.1f} s (timeout 0.5 s each)")
+    assert waits == [1.0, 2.0, 4.0, 8.0, 16.0]
+    assert list(json.loads((folder / canvas.PUBLISHED_FILE).read_text()).popitem()[1]) == ["alice"]
+    assert sum(r.path.endswith(f"/submissions/{IDS['bob']}") and r.method == "GET" for r in lms.requests) == \
+        canvas.MAX_RETRIES + 1
 
 
 def test_a_grade_canvas_applied_before_failing_is_not_posted_again(folder, lms):

@@ -19,8 +19,9 @@ What a real Canvas answers, and what happens:
 - 401 or 403 (the token, or its user's permissions): the run stops with what to fix;
 - 404 for one student's submission, or another refusal of one request: that student is listed,
   the rest go on;
-- 429, Canvas's 403 "Rate Limit Exceeded", 5xx, a dropped connection: retried with exponential
-  backoff (``MAX_RETRIES``, from ``FIRST_WAIT_S``), then the run stops, keeping what it posted.
+- 429, Canvas's 403 "Rate Limit Exceeded", 5xx, a dropped connection, no answer within
+  ``REQUEST_TIMEOUT_S``: retried with exponential backoff (``MAX_RETRIES``, from
+  ``FIRST_WAIT_S``), then the run stops, keeping what it posted.
 
 The token comes from the caller (the CLI reads ``CANVAS_API_TOKEN``) and goes only into
 canvasapi's Authorization header; no message, file or log line here holds it. No student's text
@@ -30,6 +31,7 @@ numbers and a digest, and the attachment's name is ``report.html``.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -66,6 +68,9 @@ CANVAS_ID = re.compile(r"[0-9]{1,20}")
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 MAX_RETRIES = 5          # waits of 1, 2, 4, 8 and 16 s: about half a minute before giving up
 FIRST_WAIT_S = 1.0
+# One request's wait for Canvas to connect, and then between bytes of its answer (requests'
+# timeout): canvasapi sets none, so a Canvas that never answers would hold the run forever.
+REQUEST_TIMEOUT_S = 60.0
 MAX_REASON_CHARS = 200   # of what Canvas said, in a message
 
 T = TypeVar("T")
@@ -291,12 +296,19 @@ def _record(out_dir: Path, where: Target, grade: Grade) -> None:
                            "finds that grade in Canvas and records it") from exc
 
 
-def open_assignment(where: Target, token: str, sleep: Sleep = time.sleep) -> Assignment:
+def open_assignment(where: Target, token: str, sleep: Sleep = time.sleep,
+                    timeout: float = REQUEST_TIMEOUT_S) -> Assignment:
     """The Canvas assignment grades go to (two GET requests); raises PublishError when Canvas
-    refuses the token or the course or assignment is not there."""
+    refuses the token or the course or assignment is not there. Every request made through it
+    (the assignment's, its submissions', their uploads') waits at most ``timeout`` seconds for
+    Canvas at a time, then counts as a transient failure."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)   # canvasapi warns about http://, which only loopback gets
         canvas = Canvas(where.url, token)
+    # canvasapi's Requester sends every request through this one session and passes no timeout:
+    # each object fetched from here shares it.
+    session = canvas._Canvas__requester._session   # noqa: SLF001 - canvasapi has no option for it
+    session.request = functools.partial(session.request, timeout=timeout)
     course = _found(lambda: canvas.get_course(where.course), where, f"course {where.course}", "--course", sleep)
     return _found(lambda: course.get_assignment(where.assignment), where,
                   f"assignment {where.assignment} in course {where.course}", "--assignment", sleep)
