@@ -112,8 +112,10 @@ def _latin_lookalikes() -> dict[int, str]:
 def readable(text: str) -> tuple[str, list[str]]:
     """``text`` as the patterns read it, and what hiding was undone on the way (reasons, each
     with what was hidden: the text in tag characters, the invisible characters and where)."""
-    reasons = []
+    reasons: list[str] = []
     text = _unescape(text)
+    if text.isascii():   # no step below changes ASCII text (most answers): skip their per-character passes
+        return text, reasons
     if _TAGS.search(text):
         hidden_text = " ".join(_untag(m).strip() for m in _TAGS.finditer(text))
         reasons.append(f"{TAGGED}: {_said(hidden_text)}")
