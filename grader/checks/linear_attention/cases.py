@@ -3,7 +3,9 @@
 Every case exists twice, ``<name>_float64`` and its twin ``<name>_float32`` (the same inputs,
 with the layer and the input in float32): see the dtype rule in ``grader.checks.compare``.
 Where a float32-accurate run is judged on its float64 run alone (every kind but ``forward``,
-whose twins share one worker), the twin runs only when its float64 case could not.
+whose twins share one worker), the twin runs only when its float64 case could not, or, for a
+step run, when the forward case it is compared with could not (equivalence then compares the
+two forms' float32 runs).
 Inputs are ordinary (unit-scale projections), so phi(q).z stays far above EPS and every EPS
 convention gives the same outputs to float64 precision.
 
@@ -373,8 +375,10 @@ def _probe_cases() -> tuple[ProbeCase, ...]:
                 layer = {"embedding_dim": shape[2], "num_heads": shape[3]}
                 base = name(kind, shape_index, gamma)[: -len("_float64")]
                 # A step run is a worker per segment: its float32 twin only for code that cannot
-                # run in float64 (float32-accurate code is judged on its float64 run).
-                cases += _both_dtypes(base, kind, layer, arrays, [base] if kind == "steps" else None,
+                # run in float64 (float32-accurate code is judged on its float64 run), its step or
+                # its forward: equivalence then compares the two forms' float32 runs.
+                twin_of = [base, base.replace("steps_", "forward_", 1)] if kind == "steps" else None
+                cases += _both_dtypes(base, kind, layer, arrays, twin_of,
                                       cut=segments(shape[1]) if kind == "steps" else None,
                                       batch=FORWARD_BATCH if kind == "forward" else "")
     # Causality: the same weights on an input whose tokens after `cut` are replaced, and with a
