@@ -221,15 +221,10 @@ class Bench:
             probe, problem = grader.probe(submission, MemoryShare(), notes)
             if probe is None:
                 raise BenchError(f"{name}: the probe could not run: {problem}")
-            kinds: dict[str, list[float]] = {}
-            for case in grader.probe_cases():
-                cost = probe.costs.get(case.name)
-                if cost is not None and cost.seconds > 0:
-                    cases, seconds, forks = kinds.get(case.kind, (0, 0.0, 0))
-                    kinds[case.kind] = [cases + 1, seconds + cost.seconds, forks + cost.forks]
+            kinds = probe.costs_by_kind(grader.probe_cases())
             forks = sum(cost.forks for cost in probe.costs.values())
-            found = [(f"{kind}: {int(cases)} cases, {int(forked)} workers", round(seconds, 3))
-                     for kind, (cases, seconds, forked) in sorted(kinds.items(), key=lambda k: -k[1][1])]
+            found = [(f"{kind}: {count} cases, {cost.forks} workers", round(cost.seconds, 3))
+                     for kind, (count, cost) in sorted(kinds.items(), key=lambda k: -k[1][1].seconds)]
             self.stages[f"{name} probe"] = [("probe_start", round(probe.start_seconds, 3)),
                                             ("import", probe.costs["import"].seconds), *found]
             print(f"{name}: the probe, {probe.start_seconds:.2f} s to start and {probe.cases_seconds:.2f} s of "

@@ -125,6 +125,17 @@ class ProbeResult:
     # summed over the runs; read by ``make bench`` (where the probe's time goes), never graded.
     costs: dict[str, CaseCost] = field(default_factory=dict)
 
+    def costs_by_kind(self, cases: list[ProbeCase]) -> dict[str, tuple[int, CaseCost]]:
+        """Per kind of ``cases``, in their order: how many ran (a recorded wall time) and what
+        they cost together (``make bench`` prints it)."""
+        found: dict[str, tuple[int, CaseCost]] = {}
+        for case in cases:
+            cost = self.costs.get(case.name)
+            if cost is not None and cost.seconds > 0:
+                count, total = found.get(case.kind, (0, CaseCost()))
+                found[case.kind] = (count + 1, total + cost)
+        return found
+
     def stages(self) -> list[tuple[str, float]]:
         """Where the probe's time went: ``probe_start``, then ``probe_cases``."""
         return [("probe_start", round(self.start_seconds, 3)), ("probe_cases", round(self.cases_seconds, 3))]

@@ -765,14 +765,11 @@ def test_the_probe_times_each_case_and_counts_the_workers_it_forked(assignment, 
         {n: costs[n].forks for n in batched}
     spent = sum(cost.seconds for cost in costs.values())
     assert spent <= probe.cases_seconds + 0.05, (spent, probe.cases_seconds)
-    by_kind: dict[str, list[float]] = {}
-    for case in ran:
-        by_kind.setdefault(case.kind, [0, 0.0, 0])
-        by_kind[case.kind] = [by_kind[case.kind][0] + 1, by_kind[case.kind][1] + costs[case.name].seconds,
-                              by_kind[case.kind][2] + costs[case.name].forks]
+    by_kind = probe.costs_by_kind(ran)
+    assert sum(count for count, _ in by_kind.values()) == len(ran)
     print(f"\n{name}: {sum(c.forks for c in costs.values())} workers forked, {spent:.2f} s of "
           f"{probe.cases_seconds:.2f} s in cases; " +
-          "; ".join(f"{kind} {n} cases {sec:.2f} s {forks} forks" for kind, (n, sec, forks) in by_kind.items()))
+          "; ".join(f"{kind} {n} cases {cost.seconds:.2f} s {cost.forks} forks" for kind, (n, cost) in by_kind.items()))
 
 
 @pytest.mark.parametrize("name", SANDBOXED)
