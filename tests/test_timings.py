@@ -19,7 +19,7 @@ from grader import untrusted
 from grader.cli import main
 from grader.execute import DRIVER_DONE_LINE, execute_notebook
 from grader.pipeline import EXECUTED_NOTEBOOK, KeptRun
-from grader.probe import ProbeCase, run_probe
+from grader.probe import CaseCost, ProbeCase, read_answer, run_probe
 from grader.score import GradeResult, ItemResult, result_from_json
 from grader.report.pages import REPORT_PAGE, REVIEW_PAGE
 from grader.sandbox import MemoryShare, SandboxResult
@@ -138,6 +138,17 @@ def test_hostile_probe_timings_are_capped_or_counted_as_start(tmp_path):
         assert result.import_status == "error"
         assert result.stages() == [("probe_start", start), ("probe_cases", round(WALL - start, 3))]
         assert share.peak_bytes == 300 * 2**20
+
+
+def test_hostile_case_costs_are_capped_or_counted_as_zero():
+    """A record's seconds and forks are timings: anything but a bounded number counts as nothing."""
+    case = ProbeCase("c", "call", {"calls": []}, {"x": np.zeros(2)})
+    expected = {(0.25, 1): CaseCost(0.25, 1), (1e300, 0): CaseCost(86_400.0, 0), (-5.0, 2): CaseCost(0.0, 0),
+                ("later", True): CaseCost(0.0, 0), (None, -1): CaseCost(0.0, 0), (float("nan"), 1.0): CaseCost(0.0, 0)}
+    for (seconds, forks), cost in expected.items():
+        stream = HARNESS.frame({"case": "import", "segment": None, "status": "error", "error": "no module",
+                                "seconds": seconds, "forks": forks}, None)
+        assert read_answer(stream, [case]).costs == {"import": cost}, (seconds, forks)
 
 
 def test_a_memory_share_holds_the_sum_of_its_runs_and_stops_the_largest():
