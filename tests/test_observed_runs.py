@@ -9,9 +9,11 @@ keep their marks (their own tests run them all; here the master's cell stands fo
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from grader import cells
@@ -19,6 +21,7 @@ from grader.checks import CheckContext, Verdict, checks_for, grounding_answers
 from grader.checks.linear_attention.benchmark import BENCHMARK_CASE, FULL, LINEAR, METHOD_ITEMS, observed_timings
 from grader.checks.linear_attention.cases import BENCHMARK, GRADING_RUN, GRADING_RUN_CASE
 from grader.checks.linear_attention.observed import observed_answers
+from grader.execute import execute_notebook
 from grader.graft import submission_module_source
 from grader.probe import ProbeResult, run_probe
 
@@ -303,6 +306,46 @@ def test_the_probe_runs_in_the_notebooks_grading_mode(sandbox, tmp_path):
     sandbox, a module that refuses to import outside grading mode imports."""
     result = run_probe(PROBE_SEES_GRADING_MODE, [], sandbox, tmp_path, 30.0)
     assert result.import_status == "ok", result.import_error
+
+
+# What student code can read of its process's seccomp filter, and whether it can run a program.
+READ_FILTER = """
+import subprocess
+status = dict(line.split(":\\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\\t" in line)
+try:
+    subprocess.run(["/bin/true"])
+    ran = "ran"
+except PermissionError:
+    ran = "denied"
+FILTER = "|".join([status["NoNewPrivs"], status["Seccomp"], status.get("Seccomp_filters", "?"), ran])
+"""
+
+
+def test_the_notebooks_kernel_and_the_probe_share_one_seccomp_filter(sandbox, tmp_path, assignment):
+    """Student code cannot tell the probe from the notebook's run by the probe's seccomp filter:
+    in the real sandbox, the kernel reads the same filter lines in /proc/self/status as a probe
+    worker and is denied exec as the worker is. IPython's ways of running a program print the
+    grader's note instead of failing, and the cells after them run."""
+    (tmp_path / "probe").mkdir()
+    (tmp_path / "notebook").mkdir()
+    probe = run_probe(READ_FILTER + "raise RuntimeError('FILTER=' + FILTER)\n", [], sandbox, tmp_path / "probe", 30.0)
+    seen_by_probe = re.search(r"FILTER=(\S+)", probe.import_error or "")
+    assert seen_by_probe, probe.import_error
+    assert seen_by_probe.group(1) == "1|2|1|denied"   # no new privileges, a filter, exec denied
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(source) for source in (
+        READ_FILTER + "print('FILTER=' + FILTER)", "!echo shell", "listing = !ls\nprint('listing', listing)",
+        "%pip install numpy", "%%bash\necho bash", "print('after')")]
+    result = execute_notebook(notebook, sandbox, tmp_path / "notebook", assignment.rubric.limits, ())
+    assert [run.status for run in result.cells] == ["ok"] * 6, result.problems()
+    outputs = ["".join(output.get("text", "") for output in cell.outputs)
+               for cell in nbformat.reads(result.executed_notebook.decode(), as_version=4).cells]
+    assert f"FILTER={seen_by_probe.group(1)}" in outputs[0], outputs[0]
+    for index, what in ((1, "the command 'echo shell'"), (2, "the command 'ls'"), (3, "pip install numpy"),
+                        (4, "this %%script cell (bash)")):
+        assert "the grader runs no other programs" in outputs[index] and what in outputs[index], outputs[index]
+    assert "listing []" in outputs[2] and "shell" not in outputs[1].splitlines()   # echo never ran
+    assert outputs[5] == "after\n"
 
 
 @pytest.mark.parametrize("how", sorted(EXTRA_STEPS))

@@ -48,8 +48,9 @@ A worker receives its own inputs over a pipe after it is forked. Everything else
 cases' inputs, every output so far) lives in memory mappings marked ``MADV_DONTFORK``, which
 a forked child does not get, so no worker can find another case's data even by scanning its
 own memory. The sandbox has no writable file at all (scratch, ``/tmp`` and ``/dev/shm`` are
-read-only), a seccomp filter set here denies exec, System V and POSIX IPC, keyrings,
-io_uring and ptrace to the supervisor and every worker, and no process outlives its worker.
+read-only), a seccomp filter set here (``syscall_filter.py``; the notebook's kernel has it too)
+denies exec, System V and POSIX IPC, keyrings, io_uring and ptrace to the supervisor and every
+worker, and no process outlives its worker.
 So one worker cannot hand another anything, and the worker that runs positions 20 to 40 of
 a sequence knows only those positions and the state it was given: only code that computes
 from that state can produce the right outputs.
@@ -81,6 +82,7 @@ import numpy as np
 import torch
 
 import cpu_time  # copied next to this file
+import syscall_filter  # copied next to this file
 
 # Library functions bound before any student code runs, so that patching the modules in a
 # worker does not change how the harness reads inputs or sends outputs.
@@ -1292,49 +1294,6 @@ def read_request(fd=0):
     return plan, store, offsets
 
 
-# x86_64 system calls no probe process needs, and that could carry data from one worker to
-# the next or escape the harness: exec (a fresh interpreter has no audit hook), System V IPC,
-# POSIX message queues, keyrings, io_uring, ptrace and other processes' memory, namespaces.
-DENIED_SYSCALLS_X86_64 = (
-    59, 322,                                    # execve, execveat
-    29, 30, 31, 67, 64, 65, 66, 220, 68, 69, 70, 71,  # shm*, sem*, msg*
-    240, 241, 242, 243, 244, 245,               # mq_*
-    248, 249, 250,                              # add_key, request_key, keyctl
-    425, 426, 427,                              # io_uring_*
-    101, 310, 311, 438, 323, 321, 298,          # ptrace, process_vm_*, pidfd_getfd, userfaultfd, bpf, perf
-    272, 308, 165, 155, 161, 303, 304,          # unshare, setns, mount, pivot_root, chroot, *_handle_at
-)
-
-
-def install_syscall_filter():
-    """Deny DENIED_SYSCALLS_X86_64 (EPERM) here and in every process forked later. Returns
-    whether the filter is in place (only x86_64 is supported)."""
-    import ctypes
-    import platform
-    if platform.machine() != "x86_64":
-        return False
-    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
-    allow, deny = 0x7FFF0000, 0x00050000 | 1   # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
-    program = [(ld_abs, 0, 0, 4), (jeq, 1, 0, 0xC000003E), (ret, 0, 0, deny),  # arch is x86_64
-               (ld_abs, 0, 0, 0), (jge, _len(DENIED_SYSCALLS_X86_64) + 1, 0, 0x40000000)]  # no x32
-    for index, number in enumerate(DENIED_SYSCALLS_X86_64):
-        program.append((jeq, _len(DENIED_SYSCALLS_X86_64) - index, 0, number))
-    program += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
-
-    class Filter(ctypes.Structure):
-        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte),
-                    ("k", ctypes.c_uint)]
-
-    class Program(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
-
-    filters = (Filter * _len(program))(*program)
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(38, 1, 0, 0, 0) != 0:   # PR_SET_NO_NEW_PRIVS
-        return False
-    return libc.prctl(22, 2, ctypes.byref(Program(_len(program), filters)), 0, 0) == 0  # SECCOMP_MODE_FILTER
-
-
 def not_dumpable():
     """No ptrace, /proc/PID/mem or /proc/PID/fd for the workers; orphans come back to us."""
     try:
@@ -1352,7 +1311,7 @@ def main():
     REPORT_FD = os.dup(1)  # not inheritable: workers close it before any student code
     os.dup2(2, 1)          # whatever else prints to stdout goes to stderr
     plan, store, offsets = read_request()
-    plan["syscall_filter"] = install_syscall_filter()
+    plan["syscall_filter"] = syscall_filter.install()
     supervisor = Supervisor(plan, store, offsets)
     supervisor.run(ready=time.monotonic())
     _exit(0)

@@ -2,7 +2,8 @@
 
 Usage (inside the sandbox): python run_notebook.py PLAN_JSON
 Both the client and the kernel run here, so the kernel's loopback sockets never leave the
-sandbox's network namespace. Results are written after every cell, so a kill by the outer
+sandbox's network namespace. The kernel starts through ``kernel_launcher.py``, under the probe's
+seccomp filter. Results are written after every cell, so a kill by the outer
 watchdog still leaves what was done.
 
 A cell's limit is in CPU seconds, summed over the kernel and everything it started
@@ -36,12 +37,14 @@ import threading
 import time
 
 import nbformat
+from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
 import cpu_time  # copied next to this file
 
 PLAN = json.loads(open(sys.argv[1]).read())
+KERNEL_LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_launcher.py")   # copied here
 REPORT_FD = -1   # this driver's stdout, kept away from the kernel (see main)
 TRUNCATED = "[output truncated by the grader: this cell printed more than {limit} KiB]\n"
 CPU_POLL_S = 0.25       # seconds between two readings of a running cell's CPU
@@ -74,6 +77,13 @@ class LimitedClient(NotebookClient):
                     "stream", name="stderr", text=TRUNCATED.format(limit=PLAN["output_limit"] // 1024)))
             return None
         return super().output(outs, msg, display_id, cell_index)
+
+
+class FilteredKernelManager(AsyncKernelManager):
+    """Starts the kernel through ``kernel_launcher.py``: the probe's seccomp filter, then ipykernel."""
+
+    def format_kernel_cmd(self, extra_arguments=None):
+        return [sys.executable, KERNEL_LAUNCHER, "-f", os.path.realpath(self.connection_file), *(extra_arguments or [])]
 
 
 class CellWatch(threading.Thread):
@@ -207,7 +217,8 @@ def main():
     guard_driver()
     notebook = nbformat.read(PLAN["notebook"], as_version=4)
     client = LimitedClient(
-        notebook, timeout=PLAN["cell_backstop"], kernel_name="python3", allow_errors=True,
+        notebook, timeout=PLAN["cell_backstop"], kernel_name="python3", kernel_manager_class=FilteredKernelManager,
+        allow_errors=True,
         interrupt_on_timeout=True, record_timing=False,
         # A kernel killed by its cell's watch is noticed within a second (nbclient checks it is
         # alive each time this interval passes without a reply; 5 s by default).
