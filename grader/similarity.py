@@ -6,7 +6,9 @@ writes ``DIR/similarity.json``, which the pages show (``grader.report.pages``: t
 a graded folder keeps: each submission's ``scaffold.py`` (the code the student owns: scaffold cells, exercise
 functions, package files) and ``written_inputs.json`` (the answers, question by question), so an
 earlier term's graded folders (``--compare-with``) are sources too, never paired among themselves.
-It changes no score and no other file; a failure here is reported and the grades stand.
+It changes no score and no other file; a failure here is reported and the grades stand. The
+file records a digest of everything the comparison read (``inputs_digest``): a run whose inputs
+are unchanged, such as a regrade that changed nothing, keeps the file as it is.
 
 Two kinds of comparison, every pair at or above a reporting floor listed, ``flagged`` above a
 threshold calibrated on tests/similarity/calibration and measured on tests/similarity/heldout
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
 import json
 import sys
 import traceback
@@ -511,18 +514,43 @@ def thresholds() -> dict[str, Any]:
                         "min_anchor_shingles": MIN_ANCHOR_SHINGLES}}
 
 
+def inputs_digest(sources: Sequence[Source], boilerplate: Boilerplate, compare_with: Sequence[Path]) -> str:
+    """A digest of what ``compare`` reads and of how it compares (this module's code, its
+    thresholds, copydetect's version): ``compare`` is deterministic, so an equal digest means
+    equal pairs."""
+    read = {"sources": [asdict(s) for s in sources], "boilerplate": asdict(boilerplate),
+            "earlier_folders": [str(p) for p in compare_with], "method": method(), "threshold": thresholds(),
+            "passages_kept_for_first": MAX_PASSAGE_PAIRS,
+            "code": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}
+    return hashlib.sha256(json.dumps(read, sort_keys=True).encode()).hexdigest()
+
+
 def write_similarity(out_dir: Path, results: Sequence[GradeResult], assignment: Assignment,
                      compare_with: Sequence[Path] = ()) -> list[Pair]:
     """Compare the class (and ``compare_with``'s earlier folders) and write SIMILARITY_FILE in
-    ``out_dir``; returns the pairs."""
+    ``out_dir``; returns the pairs. When the file there was written from the same inputs
+    (``inputs_digest``), its pairs are returned and nothing is compared or written."""
     sources = class_sources(out_dir, results, compare_with)
-    pairs = compare(sources, Boilerplate.of(assignment))
+    boilerplate = Boilerplate.of(assignment)
+    digest = inputs_digest(sources, boilerplate, compare_with)
+    previous = read_similarity(out_dir)
+    if previous is not None and previous.get("inputs") == digest:
+        try:
+            return [_pair(p) for p in previous["pairs"]]
+        except (TypeError, KeyError):
+            pass   # a file changed by hand: compared again below
+    pairs = compare(sources, boilerplate)
     record = {"pairs": [asdict(p) for p in pairs], "threshold": thresholds(), "method": method(),
               "compared": {"class": sum(not s.earlier for s in sources), "earlier": sum(s.earlier for s in sources),
                            "earlier_folders": [str(p) for p in compare_with]},
-              "passages_kept_for_first": MAX_PASSAGE_PAIRS}
+              "passages_kept_for_first": MAX_PASSAGE_PAIRS, "inputs": digest}
     (out_dir / SIMILARITY_FILE).write_text(json.dumps(record, indent=1) + "\n")
     return pairs
+
+
+def _pair(record: dict[str, Any]) -> Pair:
+    """A pair as ``write_similarity`` recorded it."""
+    return Pair(**{**record, "passages": [Passage(**passage) for passage in record["passages"]]})
 
 
 def read_similarity(out_dir: Path) -> dict[str, Any] | None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output, new_raw_cell
+from nbconvert.preprocessors.sanitize import SanitizeHTML
 from playwright.sync_api import sync_playwright
 
 from grader.pipeline import EXECUTED_NOTEBOOK
@@ -148,7 +149,7 @@ def test_a_page_the_final_check_refuses_is_not_written(tmp_path, monkeypatch):
     folder.mkdir()
     (folder / EXECUTED_NOTEBOOK).write_bytes(hostile_bytes())
     # a sanitizer that let everything through: the check of the finished page still refuses it
-    monkeypatch.setattr(executed._SANITIZER, "sanitize_html_tags", lambda html: html)
+    monkeypatch.setattr(SanitizeHTML, "sanitize_html_tags", lambda self, html: html)
     executed._exporter.cache_clear()
     try:
         page, note = write_executed_page(folder)

@@ -267,6 +267,32 @@ def test_the_json_and_the_page_show_pairs_escaped_and_bounded(tmp_path: Path) ->
     assert len(pairs) == len(record["pairs"])
 
 
+def test_unchanged_inputs_keep_the_file_and_a_changed_one_is_compared_again(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second run on the same graded folder (a regrade that changed nothing) compares nothing
+    and leaves similarity.json as it was; a changed answer, or an earlier folder added, is
+    compared again."""
+    assignment = Assignment("linear_attention")
+    base = (ROOT / "tests" / "scaffolds" / "correct_einsum.py").read_text()
+    answer = "A fixed decay forgets at one rate per head; a gate reads each token and decides. " * 3
+    graded_folder(tmp_path / "now", {"alice": (base, {"explain_gate": answer}), "bob": (base, {"explain_gate": answer})})
+    graded_folder(tmp_path / "2025", {"carol": (base, {})})
+    results = [_Result("alice"), _Result("bob")]
+    first = sim.write_similarity(tmp_path / "now", results, assignment)
+    written = (tmp_path / "now" / sim.SIMILARITY_FILE).read_bytes()
+    compared = []
+    real_compare = sim.compare
+    monkeypatch.setattr(sim, "compare", lambda *args: compared.append(args) or real_compare(*args))
+    again = sim.write_similarity(tmp_path / "now", results, assignment)
+    assert again == first and {(p.a, p.b, p.kind) for p in again} >= {("alice", "bob", "code"), ("alice", "bob", "written")}
+    assert compared == [] and (tmp_path / "now" / sim.SIMILARITY_FILE).read_bytes() == written
+    (tmp_path / "now" / "bob" / WRITTEN_INPUTS).write_text(json.dumps({"answers": {"explain_gate": "Something else."}}))
+    changed = sim.write_similarity(tmp_path / "now", results, assignment)
+    assert len(compared) == 1 and ("alice", "bob", "written") not in {(p.a, p.b, p.kind) for p in changed}
+    with_earlier = sim.write_similarity(tmp_path / "now", results, assignment, [tmp_path / "2025"])
+    assert len(compared) == 2 and any("2025" in p.b for p in with_earlier)
+
+
 def test_a_failure_is_reported_and_never_raised(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     graded_folder(tmp_path, {"alice": ("x = 1", {})})
     note = sim.run_similarity(tmp_path, [_Result("alice")], Assignment("linear_attention"), [tmp_path / "missing"])

@@ -35,18 +35,16 @@ import html.parser
 import re
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import nbformat
-from nbconvert.exporters import HTMLExporter
-from nbconvert.filters.highlight import Highlight2HTML
-from nbconvert.preprocessors.sanitize import SanitizeHTML
-from pygments.formatters import HtmlFormatter
-from traitlets.config import Config
 
 from grader.execute import MAX_EXECUTED_NOTEBOOK_BYTES
 from grader.pipeline import EXECUTED_NOTEBOOK
 from grader.untrusted import read_regular
+
+if TYPE_CHECKING:   # nbconvert takes about a second to import: only a page that is rendered needs it
+    from nbconvert.exporters import HTMLExporter
 
 EXECUTED_PAGE = "executed.html"
 TEMPLATES = Path(__file__).parent / "templates"
@@ -74,7 +72,6 @@ ALLOWED_TAGS = ["a", "abbr", "acronym", "b", "blockquote", "br", "caption", "cod
 ALLOWED_ATTRIBUTES = {"a": ["href", "title", "class"], "abbr": ["title", "class"],
                       "acronym": ["title", "class"], "td": ["colspan", "rowspan", "class"],
                       "th": ["colspan", "rowspan", "class"], "*": ["class"]}
-_SANITIZER = SanitizeHTML(tags=ALLOWED_TAGS, attributes=ALLOWED_ATTRIBUTES, strip=False, strip_comments=True)
 
 # Elements and attributes the finished page must not hold (first_loader).
 _LOADING_TAGS = {"script", "iframe", "frame", "frameset", "object", "embed", "applet", "link",
@@ -215,12 +212,18 @@ def render_executed(data: bytes, submission_id: str) -> str:
 @functools.cache
 def _exporter() -> HTMLExporter:
     """One exporter for every page: it compiles the template once."""
+    from nbconvert.exporters import HTMLExporter
+    from nbconvert.filters.highlight import Highlight2HTML
+    from nbconvert.preprocessors.sanitize import SanitizeHTML
+    from traitlets.config import Config
+
+    sanitizer = SanitizeHTML(tags=ALLOWED_TAGS, attributes=ALLOWED_ATTRIBUTES, strip=False, strip_comments=True)
     return HTMLExporter(
         config=Config({"NbConvertBase": {"display_data_priority": list(SHOWN_TYPES)},
                        "HighlightMagicsPreprocessor": {"enabled": False}}),
         extra_template_basedirs=[str(TEMPLATES)], template_name=TEMPLATE_NAME,
         sanitize_html=True, exclude_anchor_links=True,
-        filters={"clean_html": _SANITIZER.sanitize_html_tags,
+        filters={"clean_html": sanitizer.sanitize_html_tags,
                  # the course's language, not one the notebook's metadata names
                  "highlight_code": Highlight2HTML(pygments_lexer="ipython3"),
                  "dropped_types": dropped_types})
@@ -309,5 +312,7 @@ def _reason(exc: BaseException) -> str:
 def _css() -> str:
     """The report pages' stylesheet and Pygments' colours (the template adds the notebook's
     own rules), inline."""
+    from pygments.formatters import HtmlFormatter
+
     return "\n".join([(TEMPLATES / "style.css").read_text(encoding="utf-8"),
                       HtmlFormatter().get_style_defs(".highlight")])
