@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sys
 import tempfile
-from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient

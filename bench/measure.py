@@ -66,6 +66,7 @@ class Figure:
     means: str                                            # what the figure is, in words
     samples: dict[str, list[float]] = field(default_factory=dict)   # the runs it was computed from
     notes: list[str] = field(default_factory=list)
+    why: str = ""   # the measured reason a figure short of its target is short (printed only then)
 
     @property
     def status(self) -> str:
@@ -75,13 +76,14 @@ class Figure:
         value = "n/a" if math.isnan(self.value) else f"{self.value:.3g}"
         goal = "" if self.target.gate else " (a goal)"
         notes = "".join(f"; {n}" for n in self.notes)
+        why = f"\n    why: {self.why}" if self.status == SHORT and self.why else ""
         return (f"{self.name}: {value} {self.unit}  target {self.target.op} {self.target.threshold:g} {self.unit}"
-                f"{goal}  {self.status}{notes}")
+                f"{goal}  {self.status}{notes}{why}")
 
     def record(self) -> dict[str, Any]:
         return {"name": self.name, "value": None if math.isnan(self.value) else self.value, "unit": self.unit,
                 "target": asdict(self.target), "status": self.status, "means": self.means,
-                "samples": self.samples, "notes": self.notes}
+                "samples": self.samples, "notes": self.notes, "why": self.why if self.status == SHORT else ""}
 
 
 def ratio(numerator: Sequence[float], denominator: Sequence[float]) -> float:
@@ -104,6 +106,28 @@ def stage_medians(runs: Sequence[Sequence[Sequence[Any]]]) -> list[tuple[str, fl
         for name, seconds in stages:
             seen.setdefault(str(name), []).append(float(seconds))
     return [(name, median(values)) for name, values in seen.items()]
+
+
+def critical_path(stages: Sequence[tuple[str, float]], grade_s: float) -> str:
+    """Where one submission's ``grade_s`` seconds went, from its stage medians (``stage_medians``):
+    the notebook run and the probe run side by side, so the longer is the submission's critical
+    path; the checks and the rest follow; the command around them (its start, the worker's start,
+    the pages, the shutdown) is what is left."""
+    seconds = dict(stages)
+    notebook = sum(s for name, s in stages if name in ("sandbox_start", "kernel_start") or name.startswith("code cell"))
+    probe = seconds.get("probe_start", 0.0) + seconds.get("probe_cases", 0.0)
+    after = sum(seconds.get(name, 0.0) for name in ("checks", "written", "report"))
+    submission = max(notebook, probe) + after
+    longer = (f"the probe {probe:.2f} s (start {seconds.get('probe_start', 0.0):.2f} s, cases "
+              f"{seconds.get('probe_cases', 0.0):.2f} s) beside the notebook {notebook:.2f} s"
+              if probe > notebook else f"the notebook {notebook:.2f} s beside the probe {probe:.2f} s")
+    return (f"the submission {submission:.2f} s: {longer}, then {after:.2f} s of checks and reports; "
+            f"the command around it {grade_s - submission:.2f} s (its start, the worker's, pages, shutdown)")
+
+
+def cores_busy(cpu_s: float, wall_s: float) -> float:
+    """How many cores a run kept busy on average: its CPU seconds over its wall seconds."""
+    return cpu_s / wall_s if wall_s > 0 else math.nan
 
 
 REQUIRED = {"schema": int, "quick": bool, "started": str, "wall_s": (int, float), "figures": list,

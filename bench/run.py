@@ -27,6 +27,7 @@ import json
 import os
 import random
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -46,7 +47,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))   # run as a script: this checkout's grader and bench, not an installed copy
 
 from bench.coordinator import PEAK_LINE  # noqa: E402
-from bench.measure import Figure, Target, alternate, bench_record, median, ratio, slope_ms, stage_medians, write_record  # noqa: E402
+from bench.measure import (Figure, Target, alternate, bench_record, cores_busy, critical_path, median, ratio,  # noqa: E402
+                           slope_ms, stage_medians, write_record)
 from grader.assignment import Assignment  # noqa: E402
 from grader.execute import GRADING_ENV  # noqa: E402
 from grader.load import load_submission  # noqa: E402
@@ -97,6 +99,7 @@ class Graded:
     stderr: str
     out: Path
     peak_kib: int | None
+    cpu: float   # CPU seconds of the command and everything it started
 
 
 @dataclass
@@ -118,8 +121,11 @@ class Bench:
         return {**os.environ, "PYTHONPATH": path, MARKER: self.marker}
 
     def timed(self, command: Sequence[str | Path], env: dict[str, str], what: str,
-              cwd: Path | None = None) -> tuple[float, str]:
-        """Run ``command`` to its end; its wall seconds and stderr. Raises BenchError when it fails."""
+              cwd: Path | None = None) -> tuple[float, str, float]:
+        """Run ``command`` to its end; its wall seconds, stderr and CPU seconds (its own and its
+        descendants', as reaped: exact while no other command runs, which ``floors`` alone
+        does). Raises BenchError when it fails."""
+        cpu_before = _children_cpu()
         started = time.perf_counter()
         done = subprocess.run([str(c) for c in command], env=env, capture_output=True, text=True,
                               stdin=subprocess.DEVNULL, cwd=cwd)
@@ -127,17 +133,21 @@ class Bench:
         if done.returncode != 0:
             tail = " | ".join([line for line in (done.stderr or done.stdout).splitlines() if line.strip()][-3:])
             raise BenchError(f"{what} exited with {done.returncode}: {tail}")
-        return seconds, done.stderr
+        return seconds, done.stderr, _children_cpu() - cpu_before
 
     def floor(self, notebook: Path) -> float:
         env = {**self.env, **GRADING_ENV}
         return self.timed([sys.executable, BENCH_ROOT / "floor.py", notebook], env, f"the floor of {notebook.name}")[0]
 
-    def floors(self, notebooks: Sequence[Path], at_a_time: int) -> float:
-        """Wall seconds of the floor of every notebook, ``at_a_time`` running at once."""
+    def floors(self, notebooks: Sequence[Path], at_a_time: int, cpu: list[float] | None = None) -> float:
+        """Wall seconds of the floor of every notebook, ``at_a_time`` running at once (their CPU
+        seconds together appended to ``cpu``)."""
+        cpu_before = _children_cpu()
         started = time.perf_counter()
         with ThreadPoolExecutor(at_a_time) as pool:
             list(pool.map(self.floor, notebooks))
+        if cpu is not None:
+            cpu.append(_children_cpu() - cpu_before)
         return time.perf_counter() - started
 
     def grade(self, paths: Sequence[Path], assignment: str, workers: int, out: Path | None = None,
@@ -149,11 +159,11 @@ class Bench:
         command = [sys.executable, BENCH_ROOT / "coordinator.py", "grade", *paths, "--assignment", assignment,
                    "--out", out, "--llm", "off", "--workers", str(workers),
                    *(["--assignment-root", root] if root else [])]
-        seconds, stderr = self.timed(command, self.env, f"grader grade of {assignment} ({len(paths)} paths)")
+        seconds, stderr, cpu = self.timed(command, self.env, f"grader grade of {assignment} ({len(paths)} paths)")
         found = re.findall(rf"^{re.escape(PEAK_LINE)} (\d+)$", stderr, re.MULTILINE)
         if out not in self.outputs:
             self.outputs.append(out)
-        return Graded(seconds, stderr, out, int(found[-1]) if found else None)
+        return Graded(seconds, stderr, out, int(found[-1]) if found else None, cpu)
 
     def figure(self, figure: Figure) -> None:
         self.figures.append(figure)
@@ -194,9 +204,11 @@ class Bench:
                 value = median(samples["grade"]) - median(samples["floor"])
                 unit, means = "s", "grader grade - the floor, seconds"
                 notes.append(f"{ratio(samples['grade'], samples['floor']):.3g}x")
-            self.figure(Figure(f"{name}: one submission vs the floor", value, unit, Target("<=", target),
-                               f"{means} (one-notebook folder, sandbox on, --llm off, 1 worker)", samples, notes))
             self.print_stages(name, [r.out / "reference" for r in runs])
+            why = critical_path(self.stages[name], median(samples["grade"])) if name in self.stages else ""
+            self.figure(Figure(f"{name}: one submission vs the floor", value, unit, Target("<=", target),
+                               f"{means} (one-notebook folder, sandbox on, --llm off, 1 worker)", samples, notes,
+                               why))
 
     def print_stages(self, name: str, folders: Sequence[Path]) -> None:
         """Where one submission's time goes: the median of each stage of its results' timings."""
@@ -248,13 +260,15 @@ class Bench:
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copy(BENCH_ROOT / "solutions" / SMALL / f"{SMALL}.ipynb", folder / f"{SMALL}.ipynb")
         otter_scores: list[float] = []
+        otter_cpu: list[float] = []
         ours: list[Graded] = []
 
         def otter_run() -> float:
             results = WORK / "otter" / f"run-{self._fresh()}"
             results.mkdir(parents=True)
-            seconds, _ = self.timed([otter, "run", "--no-logo", "-a", autograder, "-o", results, submission],
-                                    otter_env, "otter run")
+            seconds, _, cpu = self.timed([otter, "run", "--no-logo", "-a", autograder, "-o", results, submission],
+                                         otter_env, "otter run")
+            otter_cpu.append(cpu)
             tests = json.loads((results / "results.json").read_text())["tests"]
             otter_scores.append(sum(t.get("score") or 0 for t in tests))
             return seconds
@@ -272,7 +286,10 @@ class Bench:
         self.figure(Figure("small notebook: otter run / grader grade", ratio(samples["otter run"], samples["grader grade"]),
                            "x", Target(">=", 3.0, gate=False),
                            "how many times faster grader grade (sandbox on) grades the same three questions than otter run",
-                           samples, notes))
+                           samples, notes,
+                           f"CPU seconds: grader grade {median([g.cpu for g in ours]):.2f} (the notebook and the probe of "
+                           f"its tests, each in a sandbox), otter run {median(otter_cpu):.2f} (the notebook and its tests "
+                           "in one process)"))
 
     def sleeping_submission(self) -> None:
         """The class's reference and the same notebook with one function that sleeps, each graded
@@ -309,25 +326,39 @@ class Bench:
         large_subs = _synthetic_class(WORK / "sets" / "large-submissions", large, size)
         small_out, large_out = WORK / "sets" / "small", WORK / "sets" / "large"
         two_worker: list[Graded] = []
+        one_worker: list[Graded] = []
+        floor_cpu: list[float] = []
 
         def two_workers() -> float:
             shutil.rmtree(small_out, ignore_errors=True)
             two_worker.append(self.grade([small_subs], CLASS_ASSIGNMENT, workers=2, out=small_out))
             return two_worker[-1].seconds
 
+        def one() -> float:
+            one_worker.append(self.grade([small_subs], CLASS_ASSIGNMENT, workers=1))
+            return one_worker[-1].seconds
+
         notebooks = sorted(small_subs.glob("*.ipynb"))
-        samples = alternate({"floor, 2 at a time": lambda: self.floors(notebooks, 2),
-                             "grade, 1 worker": lambda: self.grade([small_subs], CLASS_ASSIGNMENT, workers=1).seconds,
-                             "grade, 2 workers": two_workers}, self.sizes.repeats)
+        samples = alternate({"floor, 2 at a time": lambda: self.floors(notebooks, 2, floor_cpu),
+                             "grade, 1 worker": one, "grade, 2 workers": two_workers}, self.sizes.repeats)
+        cores = os.cpu_count() or 1
+        busy_one = median([cores_busy(g.cpu, g.seconds) for g in one_worker])
+        busy_two = median([cores_busy(g.cpu, g.seconds) for g in two_worker])
+        grade_cpu = median([g.cpu for g in two_worker]) / size
         self.figure(Figure(f"class of {size} on 2 workers / its floor 2 at a time",
                            ratio(samples["grade, 2 workers"], samples["floor, 2 at a time"]), "x", Target("<=", 1.3),
                            f"{CLASS_ASSIGNMENT}: {size} distinct submissions graded with --workers 2, against the "
                            "floor of the same notebooks run two at a time", samples,
                            [f"grade {median(samples['grade, 2 workers']):.3g} s, "
-                            f"floor {median(samples['floor, 2 at a time']):.3g} s"]))
+                            f"floor {median(samples['floor, 2 at a time']):.3g} s"],
+                           f"CPU seconds per submission: grading {grade_cpu:.2f}, the floor {median(floor_cpu) / size:.2f}"
+                           f"; 2 workers kept {busy_two:.2f} of {cores} cores busy"))
         self.figure(Figure("2 workers vs 1 (speed-up)", ratio(samples["grade, 1 worker"], samples["grade, 2 workers"]),
                            "x", Target(">=", 1.8), "wall with --workers 1 / wall with --workers 2, same class",
-                           samples, [f"1 worker {median(samples['grade, 1 worker']):.3g} s"]))
+                           samples, [f"1 worker {median(samples['grade, 1 worker']):.3g} s"],
+                           f"1 worker already kept {busy_one:.2f} of {cores} cores busy (each submission's notebook and "
+                           f"probe run side by side), so a second can add at most {cores / busy_one:.2f}x; "
+                           f"2 workers kept {busy_two:.2f} busy"))
 
         shutil.rmtree(large_out, ignore_errors=True)
         graded_large = self.grade([large_subs], CLASS_ASSIGNMENT, workers=2, out=large_out)
@@ -438,6 +469,12 @@ class Bench:
 
 
 # ---------------------------------------------------------------------- helpers
+
+def _children_cpu() -> float:
+    """CPU seconds (user and system) of this process's children reaped so far, and theirs."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
 
 def _timings(folder: Path) -> dict | None:
     """``extra_data.timings`` of the result in ``folder``, if it has one."""

@@ -9,8 +9,8 @@ import math
 
 import pytest
 
-from bench.measure import (NO_DATA, OK, SHORT, Figure, Target, alternate, bench_record, check_record, median, ratio,
-                           slope_ms, stage_medians, write_record)
+from bench.measure import (NO_DATA, OK, SHORT, Figure, Target, alternate, bench_record, check_record, cores_busy,
+                           critical_path, median, ratio, slope_ms, stage_medians, write_record)
 
 
 def test_alternate_runs_each_side_in_turn_every_round():
@@ -56,6 +56,26 @@ def test_a_figure_line_names_value_target_and_verdict():
     goal = Figure("otter ratio", 4.0, "x", Target(">=", 3.0, gate=False), "")
     assert goal.line() == "otter ratio: 4 x  target >= 3 x (a goal)  ok"
     assert Figure("none", float("nan"), "MiB", Target("<", 2048.0), "").line().startswith("none: n/a MiB")
+
+
+def test_a_short_figure_says_why_and_a_met_one_does_not():
+    short = Figure("one", 2.6, "x", Target("<=", 1.3), "", why="the probe is the critical path")
+    assert short.line().endswith("short\n    why: the probe is the critical path")
+    assert short.record()["why"] == "the probe is the critical path"
+    met = Figure("one", 1.2, "x", Target("<=", 1.3), "", why="the probe is the critical path")
+    assert "why" not in met.line() and met.record()["why"] == ""
+
+
+def test_the_critical_path_is_the_longer_of_notebook_and_probe_and_the_rest_is_the_command():
+    stages = [("sandbox_start", 0.2), ("kernel_start", 0.5), ("code cell 1 (In[1])", 1.0), ("code cell 2 (In[2])", 2.0),
+              ("probe_start", 2.0), ("probe_cases", 3.5), ("checks", 0.25), ("written", 0.05), ("report", 0.0)]
+    why = critical_path(stages, 11.9)
+    # the submission: max(3.7, 5.5) + 0.3; the command around it: 11.9 - 5.8
+    assert why.startswith("the submission 5.80 s: the probe 5.50 s (start 2.00 s, cases 3.50 s) beside the notebook 3.70 s")
+    assert why.endswith("the command around it 6.10 s (its start, the worker's, pages, shutdown)")
+    faster_probe = critical_path([("kernel_start", 4.0), ("probe_start", 1.0), ("probe_cases", 1.0)], 5.0)
+    assert "the notebook 4.00 s beside the probe 2.00 s" in faster_probe
+    assert cores_busy(3.0, 2.0) == 1.5 and math.isnan(cores_busy(1.0, 0.0))
 
 
 def test_stage_medians_keep_first_seen_order_and_count_only_runs_that_have_a_stage():
