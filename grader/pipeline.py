@@ -261,7 +261,7 @@ class SubmissionGrader:
 
     def _run(self, submission: Submission) -> KeptRun:
         """The sandboxed stages: the notebook run and, at the same time in a thread of its own,
-        the probe of the scaffold. Each has its own sandbox run (uid and scratch); they share
+        the probe of the scaffold (and, in another, the checks module's ``warm_up``). Each has its own sandbox run (uid and scratch); they share
         the memory limit (``MemoryShare``), which binds the submission as a whole. A stage that
         a wall-clock backstop stopped runs once more (``_retried``)."""
         share = MemoryShare()
@@ -270,13 +270,16 @@ class SubmissionGrader:
         execution, execution_problem = None, submission.fatal
         probe, probe_problem = None, (None if submission.scaffold_sources
                                       else submission.scaffold_problem or submission.fatal)
-        prober = ThreadPoolExecutor(max_workers=1, thread_name_prefix="g2c-probe")
+        prober = ThreadPoolExecutor(max_workers=2, thread_name_prefix="g2c-probe")
         try:
             # A package file is graded without a readable notebook too.
             probing = (prober.submit(_retried, "the probe", probe_notes,
                                      lambda stage_notes: self.probe(submission, share, stage_notes),
                                      lambda outcome: outcome[0].backstop() if outcome[0] else None)
                        if submission.scaffold_sources else None)
+            warm_up = getattr(self.checks, "warm_up", None)
+            if warm_up is not None:   # what evaluation imports, while the sandboxes run (see ChecksModule)
+                prober.submit(warm_up)
             if submission.fatal is None:
                 execution = _retried("the notebook run", execution_notes,
                                      lambda stage_notes: self._execute(submission, share, stage_notes),

@@ -8,6 +8,8 @@ import io
 import json
 import re
 import shutil
+import subprocess
+import sys
 import time
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -197,3 +199,29 @@ def test_a_result_read_back_from_results_json_writes_the_same_results_json():
                         execution_time=3.30549, stages=[("sandbox_start", 0.25)], peak_memory_mib=100.0)
     written = fresh.to_json()
     assert result_from_json(json.loads(json.dumps(written))).to_json() == written
+
+
+TORCH_UNTIL_EVALUATION = """
+import sys
+from grader.assignment import Assignment
+from grader.cli import main
+from grader.pipeline import SubmissionGrader
+from grader.sandbox.factory import make_sandbox
+assignment = Assignment("linear_attention")
+grader = SubmissionGrader(assignment, make_sandbox(assignment.rubric.limits, allow_unsandboxed=True))
+grader.probe_cases()
+grader.cache_key("0" * 64)
+before = "torch" in sys.modules
+grader.checks.warm_up()
+print(before, "torch" in sys.modules)
+"""
+
+
+def test_torch_waits_for_evaluation_and_its_warm_up():
+    """What a worker does before its first submission's sandboxes start (the CLI, the grader,
+    the probe cases, the cache key) imports no torch (about 1.5 s); the checks' ``warm_up``,
+    which the grading runs beside the sandboxes, does."""
+    done = subprocess.run([sys.executable, "-c", TORCH_UNTIL_EVALUATION], capture_output=True, text=True,
+                          cwd=Path(__file__).parent.parent, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"], done.stdout

@@ -27,7 +27,7 @@ import sys
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from grader.execute import ExecutionResult
 from grader.probe import ProbeCase, ProbeResult
@@ -62,10 +62,40 @@ class CheckContext:
     ungraded: dict[str, str] = field(default_factory=dict)
 
 
+class LazyModule:
+    """A module imported when code first reads one of its attributes."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(importlib.import_module(self._name), attribute)
+
+
+# Checks modules take torch from here (``from grader.checks import torch``): imported at its first
+# use, by evaluation. Probe cases need numpy only, so the CLI's look at an assignment, a batch's
+# triage and a worker starting its first sandboxes go without torch's import (about 1.5 s).
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = LazyModule("torch")
+
+
 class ChecksModule(Protocol):
     PROBE_DRIVER: Path | None
     def probe_cases(self, rubric: Rubric) -> list[ProbeCase]: ...
     def evaluate(self, context: CheckContext) -> dict[str, Verdict]: ...
+    # Optional: ``warm_up()`` imports what ``evaluate`` will, called in a thread while a
+    # submission's sandboxes run (a worker's first submission then does not wait for it after).
+
+
+def import_torch() -> None:
+    """Import torch now, where ``torch`` above would import it at its first use: a checks
+    module's ``warm_up``. A failure is left to that first use, which reports it there."""
+    try:
+        importlib.import_module("torch")
+    except ImportError:
+        pass
 
 
 CHECKS_FOLDER = "checks"   # an assignment root's own checks modules (``checks_for``)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-from grader.checks import CheckContext, Verdict, decide, execution_verdict
+from grader.checks import CheckContext, Verdict, decide, execution_verdict, import_torch
 from grader.checks.linear_attention import cases as inputs
 from grader.checks.linear_attention.answers import answer_checks
 from grader.checks.linear_attention.benchmark import METHOD_ITEMS, method_checks
@@ -35,6 +35,7 @@ LAYER_ITEMS = ("scaffold_present", *SCAFFOLD_CHECKS, "hybrid_lm")
 EXERCISE_ITEMS = (*METHOD_ITEMS, *TRAINING_ITEMS, *RECALL_ITEMS, *DECAY_ITEMS)   # exercises the probe calls as functions
 SCAFFOLD_ITEMS = (*LAYER_ITEMS, *EXERCISE_ITEMS)   # every item the probe decides
 PROBE_DRIVER = Path(__file__).with_name("probe_driver.py")
+warm_up = import_torch   # evaluation computes with torch; the probe cases need numpy only
 
 
 def probe_cases(rubric: Rubric) -> list[ProbeCase]:

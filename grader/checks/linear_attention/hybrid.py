@@ -19,9 +19,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
+from grader.checks import torch
 from grader.checks.compare import RUN_FAILED, compare, describe, scaled, within
 from grader.checks.linear_attention.cases import HYBRID_MAX_PARAMETERS, gradient_output
 from grader.checks.linear_attention.model import EPS_CONVENTIONS, REFERENCE, Variant, attention
@@ -87,7 +86,7 @@ def _trusted_run(master_path: Path, config_json: str, token_bytes: bytes, dtype:
                                   attention(params, x, heads, variant, eps))
     ids = torch.tensor(tokens, dtype=torch.long)
     logits = model(ids)
-    loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+    loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
     loss.backward()
     gradients = tuple(TrustedGradient(name, np.zeros(tuple(p.shape)) if p.grad is None else p.grad.numpy(),
                                       p.grad is not None, not (variant.measured_decay and name.endswith("gamma_logit")))

@@ -25,9 +25,8 @@ from functools import cached_property, partial
 from typing import Any, Callable
 
 import numpy as np
-import torch
 
-from grader.checks import CheckContext, Verdict
+from grader.checks import CheckContext, Verdict, torch
 from grader.checks.compare import (RUN_FAILED, DtypeRule, Mismatch, compare, compare_nonfinite_as_expected,
                                    describe, magnitude, scaled, within)
 from grader.checks.linear_attention import cases as inputs

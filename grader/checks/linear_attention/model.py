@@ -25,7 +25,8 @@ from dataclasses import dataclass, fields, replace
 from typing import Iterator
 
 import numpy as np
-import torch
+
+from grader.checks import torch
 
 EPS = 1e-6
 EPS_CONVENTIONS = ("add", "none")   # out = num / (den + EPS), or num / den (= clamp(min=EPS) here)
@@ -297,7 +298,7 @@ def state_after(params: dict[str, torch.Tensor], x: torch.Tensor, heads: int,
     return S.numpy(), z.numpy()
 
 
-FIT_GRID = torch.linspace(0.0, 1.5, 31, dtype=torch.float64)   # factors tried before refining
+FIT_GRID = (0.0, 1.5, 31)   # factors tried before refining: torch.linspace's start, end and count
 FIT_STEPS = 64   # golden-section steps: a bracket of 0.1 shrinks below 1e-14
 
 
@@ -319,6 +320,7 @@ def fit_decay(params: dict[str, torch.Tensor], x: torch.Tensor, heads: int,
     positions = torch.arange(tokens)
     lag = positions[:, None] - positions[None, :]
     causal, exponent = lag >= 0, lag.clamp(min=0)
+    fit_grid = torch.linspace(*FIT_GRID, dtype=torch.float64)
     best = None
     for eps in EPS_CONVENTIONS:
         def error(factor: torch.Tensor, eps: str = eps) -> torch.Tensor:   # (H,) -> max-abs error per head
@@ -326,10 +328,10 @@ def fit_decay(params: dict[str, torch.Tensor], x: torch.Tensor, heads: int,
             denominator = weighted.sum(-1, keepdim=True)
             out = (weighted @ v) / (denominator + EPS if eps == "add" else denominator)
             return (out - target).abs().amax(dim=(0, 2, 3)).nan_to_num(nan=np.inf)
-        grid = torch.stack([error(torch.full((heads,), float(f), dtype=torch.float64)) for f in FIT_GRID])
+        grid = torch.stack([error(torch.full((heads,), float(f), dtype=torch.float64)) for f in fit_grid])
         index = grid.argmin(dim=0)
-        low = FIT_GRID[(index - 1).clamp(min=0)]
-        high = FIT_GRID[(index + 1).clamp(max=len(FIT_GRID) - 1)]
+        low = fit_grid[(index - 1).clamp(min=0)]
+        high = fit_grid[(index + 1).clamp(max=len(fit_grid) - 1)]
         ratio = (5 ** 0.5 - 1) / 2
         left, right = high - ratio * (high - low), low + ratio * (high - low)
         at_left, at_right = error(left), error(right)

@@ -32,9 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
-from grader.checks import CheckContext
+from grader.checks import CheckContext, torch
 from grader.checks.linear_attention.benchmark import FULL, LINEAR, observed_sweep
 from grader.checks.linear_attention.cases import BENCHMARK, GRADING_RUN
 from grader.checks.linear_attention.training import grading_run_output, notebook_corpus, unobserved_gradients

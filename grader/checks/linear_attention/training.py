@@ -21,9 +21,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-import torch
 
-from grader.checks import CheckContext, Verdict
+from grader.checks import CheckContext, Verdict, torch
 from grader.checks.linear_attention.cases import GRADING_RUN, GRADING_RUN_CASE, TRAINING, training_streams
 from grader.checks.linear_attention.items import exercise_run
 from grader.reference import reference_namespace
@@ -124,7 +123,6 @@ def grading_run_problem(context: CheckContext) -> str | None:
     draws = seeded_draws(lambda generator: get_batch(train_ids, budget["batch_size"], budget["context"], generator)[0],
                          budget["steps"], 0)
     return grading_run_batches_problem(record, draws, "Exercise 2")
-
 
 
 def _decided(context: CheckContext, judge: Callable[[dict[str, Any]], Verdict]) -> Verdict:
