@@ -27,7 +27,6 @@ import json
 import os
 import random
 import re
-import resource
 import shutil
 import signal
 import subprocess
@@ -47,8 +46,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))   # run as a script: this checkout's grader and bench, not an installed copy
 
 from bench.coordinator import PEAK_LINE  # noqa: E402
-from bench.measure import (Figure, Target, alternate, bench_record, cores_busy, critical_path, median, ratio,  # noqa: E402
-                           slope_ms, stage_medians, write_record)
+from bench.measure import (Figure, Target, alternate, bench_record, cores_busy, critical_path,  # noqa: E402
+                           median, ratio, slope_ms, stage_medians, write_record)
 from grader.assignment import Assignment  # noqa: E402
 from grader.execute import GRADING_ENV  # noqa: E402
 from grader.load import load_submission  # noqa: E402
@@ -122,10 +121,10 @@ class Bench:
 
     def timed(self, command: Sequence[str | Path], env: dict[str, str], what: str,
               cwd: Path | None = None) -> tuple[float, str, float]:
-        """Run ``command`` to its end; its wall seconds, stderr and CPU seconds (its own and its
-        descendants', as reaped: exact while no other command runs, which ``floors`` alone
-        does). Raises BenchError when it fails."""
-        cpu_before = _children_cpu()
+        """Run ``command`` to its end; its wall seconds, stderr and CPU seconds (``_busy_cpu``:
+        the machine's while it ran; ``floors`` runs several at once and reads their sum).
+        Raises BenchError when it fails."""
+        cpu_before = _busy_cpu()
         started = time.perf_counter()
         done = subprocess.run([str(c) for c in command], env=env, capture_output=True, text=True,
                               stdin=subprocess.DEVNULL, cwd=cwd)
@@ -133,7 +132,7 @@ class Bench:
         if done.returncode != 0:
             tail = " | ".join([line for line in (done.stderr or done.stdout).splitlines() if line.strip()][-3:])
             raise BenchError(f"{what} exited with {done.returncode}: {tail}")
-        return seconds, done.stderr, _children_cpu() - cpu_before
+        return seconds, done.stderr, _busy_cpu() - cpu_before
 
     def floor(self, notebook: Path) -> float:
         env = {**self.env, **GRADING_ENV}
@@ -142,12 +141,12 @@ class Bench:
     def floors(self, notebooks: Sequence[Path], at_a_time: int, cpu: list[float] | None = None) -> float:
         """Wall seconds of the floor of every notebook, ``at_a_time`` running at once (their CPU
         seconds together appended to ``cpu``)."""
-        cpu_before = _children_cpu()
+        cpu_before = _busy_cpu()
         started = time.perf_counter()
         with ThreadPoolExecutor(at_a_time) as pool:
             list(pool.map(self.floor, notebooks))
         if cpu is not None:
-            cpu.append(_children_cpu() - cpu_before)
+            cpu.append(_busy_cpu() - cpu_before)
         return time.perf_counter() - started
 
     def grade(self, paths: Sequence[Path], assignment: str, workers: int, out: Path | None = None,
@@ -470,10 +469,14 @@ class Bench:
 
 # ---------------------------------------------------------------------- helpers
 
-def _children_cpu() -> float:
-    """CPU seconds (user and system) of this process's children reaped so far, and theirs."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+def _busy_cpu() -> float:
+    """CPU seconds the whole machine has spent busy since it started (/proc/stat: user, nice,
+    system, irq, softirq, steal). A command's processes in a sandbox's PID namespace are not
+    all reaped by an ancestor (their rusage can be lost), so a command's CPU is read as the
+    machine's over its run: the bench runs one command at a time on a quiet machine."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _, _, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def _timings(folder: Path) -> dict | None:

@@ -33,7 +33,8 @@ MAX_ANSWERS_BYTES = 4 * 2**20
 GRADING_ENV = {"G2C_GRADING": "1", **ONE_THREAD_ENV, "MPLBACKEND": "Agg", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
 MAX_EXECUTED_NOTEBOOK_BYTES = 64 * 2**20
 DRIVER_DONE_LINE = "G2C-DONE"   # the driver's last line on its stdout (see harness/run_notebook.py)
-HARNESS_SCRIPTS = ("run_notebook.py", "cpu_time.py", "kernel_launcher.py", "syscall_filter.py")   # the driver, its kernel and what they import
+# The driver, the kernel it starts and what they import.
+HARNESS_SCRIPTS = ("run_notebook.py", "cpu_time.py", "kernel_launcher.py", "syscall_filter.py")
 # Cells stopped as hung (idle for the idle limit) before the driver runs no more: each costs
 # that limit of a worker's time, and one limit more if it ignores its interrupt (the grace before
 # its kernel is killed). Idle time adds up across cells (an interrupt and a short cell between

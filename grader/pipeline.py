@@ -261,9 +261,10 @@ class SubmissionGrader:
 
     def _run(self, submission: Submission) -> KeptRun:
         """The sandboxed stages: the notebook run and, at the same time in a thread of its own,
-        the probe of the scaffold (and, in another, the checks module's ``warm_up``). Each has its own sandbox run (uid and scratch); they share
-        the memory limit (``MemoryShare``), which binds the submission as a whole. A stage that
-        a wall-clock backstop stopped runs once more (``_retried``)."""
+        the probe of the scaffold (and, in another, the checks module's ``warm_up``). Each stage
+        has its own sandbox run (uid and scratch); they share the memory limit
+        (``MemoryShare``), which binds the submission as a whole. A stage that a wall-clock
+        backstop stopped runs once more (``_retried``)."""
         share = MemoryShare()
         execution_notes: list[str] = []
         probe_notes: list[str] = []

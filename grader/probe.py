@@ -30,7 +30,7 @@ MAX_ARRAYS = 400                       # in one worker's message
 MAX_STATE_ARRAYS = 8                   # a state is relayed as at most this many arrays
 MAX_RESTARTS = 12
 MAX_FORKS_PER_FRAME = 1   # a frame's record counts the workers its case or segment started: one, or none
-HARNESS_SCRIPTS = ("probe_harness.py", "cpu_time.py", "syscall_filter.py")   # the harness and the modules it imports
+HARNESS_SCRIPTS = ("probe_harness.py", "cpu_time.py", "syscall_filter.py")   # the harness and what it imports
 GIVE_UP_AFTER = 2   # hung or crashed cases of one group before the rest of that group is skipped
 FILTER_NOTE = ("the probe ran without its seccomp filter (not x86_64, or refused): its workers could "
                "exec programs and use System V IPC")

@@ -218,8 +218,7 @@ def main():
     notebook = nbformat.read(PLAN["notebook"], as_version=4)
     client = LimitedClient(
         notebook, timeout=PLAN["cell_backstop"], kernel_name="python3", kernel_manager_class=FilteredKernelManager,
-        allow_errors=True,
-        interrupt_on_timeout=True, record_timing=False,
+        allow_errors=True, interrupt_on_timeout=True, record_timing=False,
         # A kernel killed by its cell's watch is noticed within a second (nbclient checks it is
         # alive each time this interval passes without a reply; 5 s by default).
         shell_timeout_interval=1,
