@@ -98,7 +98,7 @@ class Graded:
     stderr: str
     out: Path
     peak_kib: int | None
-    cpu: float   # CPU seconds of the command and everything it started
+    cpu: float   # the machine's busy CPU seconds while the command ran (_busy_cpu)
 
 
 @dataclass

@@ -44,6 +44,10 @@ its driver file with execution, the rest with evaluation.
 
 NEITHER (``NEITHER``, with the reason): what chooses submissions, schedules them or presents
 results, none of which changes a verdict.
+
+The class comparison (``grader.similarity``) is neither, and keeps its own file only while the
+code it compares with is unchanged (``similarity_digest``: ``SIMILARITY_FILES`` and
+``SIMILARITY_LIBRARIES``).
 """
 from __future__ import annotations
 
@@ -89,6 +93,11 @@ NEITHER = {
 LIBRARIES = ("numpy", "torch", "nbformat", "nbclient", "ipykernel")
 SCREENING_FILES = ("written/*.py",)
 SCREENING_LIBRARIES = ("confusable-homoglyphs", "pyspellchecker")   # the look-alike table, the word lists
+# What similarity.json's pairs depend on besides the submissions: the comparison, the boilerplate's
+# reading of notebooks, the answers' reading (the queue's tokens, the screen's undoing of hidden
+# characters) and the passages' cutting.
+SIMILARITY_FILES = ("similarity.py", "cells.py", "report/grouping.py", "report/executed.py", "written/*.py")
+SIMILARITY_LIBRARIES = ("copydetect", *SCREENING_LIBRARIES)
 
 
 def _expand(patterns: tuple[str, ...], root: Path) -> set[Path]:
@@ -183,6 +192,12 @@ def evaluation_digest(checks: ModuleType, rubric: Rubric, root: Path = GRADER_DI
     base, _, files = outside_files(checks)
     parts = [files_digest(evaluation_files(checks, root), root), repr(rubric), files_digest(files, base)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def similarity_digest(root: Path = GRADER_DIR) -> str:
+    """The digest of the code and libraries the class comparison compares with."""
+    return hashlib.sha256("\n".join([files_digest(sorted(_expand(SIMILARITY_FILES, root)), root),
+                                      _library_versions(SIMILARITY_LIBRARIES)]).encode()).hexdigest()
 
 
 def screening_digest(rubric: Rubric, root: Path = GRADER_DIR) -> str:

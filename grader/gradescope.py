@@ -230,7 +230,7 @@ def _requirements_site(layout: Layout, settings: dict[str, Any]) -> Path | None:
     except requirements.RequirementsError as exc:
         raise CannotGrade(f"the autograder is misconfigured: {exc} (setup.sh installs them when Gradescope "
                           "builds the autograder; its build log says why it did not)") from exc
-    requirements.importable(settings, layout.root)   # layout.envs is the root's envs folder
+    requirements.import_from(site)
     return site
 
 

@@ -46,10 +46,15 @@ def digest(requirements: list[str]) -> str:
 
 
 def importable(settings: dict[str, Any], root: Path) -> None:
-    """Let this process import an assignment's installed requirements (after its own packages,
-    which they never shadow): it runs the master's code, which imports them."""
+    """Let this process import an assignment's requirements installed under ``root``: it runs
+    the master's code, which imports them."""
     found = declared(settings)
-    site = root / ENVS / digest(found) / SITE if found else None
+    import_from(root / ENVS / digest(found) / SITE if found else None)
+
+
+def import_from(site: Path | None) -> None:
+    """Let this process import from ``site``, a folder of installed requirements (after its own
+    packages, which they never shadow); nothing when None or not there."""
     if site is not None and site.is_dir() and str(site) not in sys.path:
         sys.path.append(str(site))
 

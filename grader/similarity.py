@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from grader import cells
+from grader import cells, digests
 from grader.assignment import Assignment
 from grader.intake import SAFE_ID
 from grader.pipeline import SCAFFOLD_SOURCE
@@ -515,13 +515,12 @@ def thresholds() -> dict[str, Any]:
 
 
 def inputs_digest(sources: Sequence[Source], boilerplate: Boilerplate, compare_with: Sequence[Path]) -> str:
-    """A digest of what ``compare`` reads and of how it compares (this module's code, its
-    thresholds, copydetect's version): ``compare`` is deterministic, so an equal digest means
-    equal pairs."""
+    """A digest of what ``compare`` reads and of how it compares (its code and libraries,
+    ``digests.similarity_digest``): ``compare`` is deterministic, so an equal digest means equal
+    pairs."""
     read = {"sources": [asdict(s) for s in sources], "boilerplate": asdict(boilerplate),
             "earlier_folders": [str(p) for p in compare_with], "method": method(), "threshold": thresholds(),
-            "passages_kept_for_first": MAX_PASSAGE_PAIRS,
-            "code": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}
+            "passages_kept_for_first": MAX_PASSAGE_PAIRS, "code": digests.similarity_digest()}
     return hashlib.sha256(json.dumps(read, sort_keys=True).encode()).hexdigest()
 
 

@@ -270,8 +270,8 @@ def test_the_json_and_the_page_show_pairs_escaped_and_bounded(tmp_path: Path) ->
 def test_unchanged_inputs_keep_the_file_and_a_changed_one_is_compared_again(tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """A second run on the same graded folder (a regrade that changed nothing) compares nothing
-    and leaves similarity.json as it was; a changed answer, or an earlier folder added, is
-    compared again."""
+    and leaves similarity.json as it was; a changed answer, an earlier folder added or a change to
+    the comparison's code is compared again."""
     assignment = Assignment("linear_attention")
     base = (ROOT / "tests" / "scaffolds" / "correct_einsum.py").read_text()
     answer = "A fixed decay forgets at one rate per head; a gate reads each token and decides. " * 3
@@ -291,6 +291,10 @@ def test_unchanged_inputs_keep_the_file_and_a_changed_one_is_compared_again(tmp_
     assert len(compared) == 1 and ("alice", "bob", "written") not in {(p.a, p.b, p.kind) for p in changed}
     with_earlier = sim.write_similarity(tmp_path / "now", results, assignment, [tmp_path / "2025"])
     assert len(compared) == 2 and any("2025" in p.b for p in with_earlier)
+    # a change to the code it compares with (grader.digests.SIMILARITY_FILES) compares again too
+    monkeypatch.setattr(sim.digests, "similarity_digest", lambda: "another comparison")
+    sim.write_similarity(tmp_path / "now", results, assignment, [tmp_path / "2025"])
+    assert len(compared) == 3
 
 
 def test_a_failure_is_reported_and_never_raised(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
