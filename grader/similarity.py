@@ -476,10 +476,10 @@ def read_source(folder: Path, source_id: str, earlier: bool = False) -> Source:
 
 
 def class_sources(out_dir: Path, results: Sequence[GradeResult], compare_with: Sequence[Path] = ()) -> list[Source]:
-    """The class's submissions (their folders in ``out_dir``), then each earlier graded folder's
-    submissions, named ``<folder>/<id>``."""
-    found = [read_source(out_dir / r.submission_id, r.submission_id) for r in results
-             if SAFE_ID.fullmatch(r.submission_id)]
+    """The class's submissions (their folders in ``out_dir``) by id, whatever order the results
+    arrived in, then each earlier graded folder's submissions, named ``<folder>/<id>``."""
+    found = [read_source(out_dir / sid, sid) for sid in sorted(r.submission_id for r in results)
+             if SAFE_ID.fullmatch(sid)]
     for earlier in compare_with:
         for folder in sorted(p for p in Path(earlier).iterdir() if p.is_dir() and SAFE_ID.fullmatch(p.name)):
             found.append(read_source(folder, f"{earlier}/{folder.name}", earlier=True))

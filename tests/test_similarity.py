@@ -283,7 +283,7 @@ def test_unchanged_inputs_keep_the_file_and_a_changed_one_is_compared_again(tmp_
     compared = []
     real_compare = sim.compare
     monkeypatch.setattr(sim, "compare", lambda *args: compared.append(args) or real_compare(*args))
-    again = sim.write_similarity(tmp_path / "now", results, assignment)
+    again = sim.write_similarity(tmp_path / "now", results[::-1], assignment)   # results in another order
     assert again == first and {(p.a, p.b, p.kind) for p in again} >= {("alice", "bob", "code"), ("alice", "bob", "written")}
     assert compared == [] and (tmp_path / "now" / sim.SIMILARITY_FILE).read_bytes() == written
     (tmp_path / "now" / "bob" / WRITTEN_INPUTS).write_text(json.dumps({"answers": {"explain_gate": "Something else."}}))
