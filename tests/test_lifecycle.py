@@ -363,6 +363,21 @@ def test_sigterm_and_ctrl_c_stop_cleanly_and_say_how_to_resume(base, user_python
 # The pieces, in process
 # ---------------------------------------------------------------------------------------------
 
+def test_a_pool_worker_leaves_without_the_interpreters_teardown(tmp_path):
+    """What a pool worker runs last (``exit_at_once``, registered by its initializer): what it
+    printed still arrives, its status is 0, and the exit handlers registered before it (the
+    teardown) never run."""
+    marker = tmp_path / "teardown-ran"
+    code = (f"import atexit, pathlib\n"
+            f"from grader.executors.local import exit_at_once\n"
+            f"atexit.register(pathlib.Path({str(marker)!r}).write_text, 'ran')\n"
+            f"atexit.register(exit_at_once)\n"
+            f"print('the last result is sent')\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "the last result is sent\n", "")
+    assert not marker.exists(), "an exit handler registered before exit_at_once ran: the teardown was not skipped"
+
+
 class Alarm(Exception):
     pass
 
