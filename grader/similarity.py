@@ -489,6 +489,8 @@ def class_sources(out_dir: Path, results: Sequence[GradeResult], compare_with: S
 def compare(sources: Sequence[Source], boilerplate: Boilerplate = Boilerplate()) -> list[Pair]:
     """Every reported pair, code and written, flagged ones first, the highest score first; only the
     first ``MAX_PASSAGE_PAIRS`` keep their passages."""
+    if len(sources) < 2:
+        return []   # a class of one and no earlier folder: nothing to pair, so nothing is read
     pairs = sorted(code_pairs(sources, boilerplate.code) + written_pairs(sources, boilerplate.questions),
                    key=lambda p: (not p.flagged, -p.score, p.kind, p.question, p.a, p.b))
     for pair in pairs[MAX_PASSAGE_PAIRS:]:

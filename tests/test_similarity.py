@@ -218,6 +218,19 @@ def test_the_template_and_earlier_terms_among_themselves_are_never_pairs() -> No
     assert all(p.flagged and p.kind == "code" and p.passages for p in pairs)
 
 
+def test_a_class_of_one_reads_nothing_and_one_earlier_folder_makes_it_a_pair(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One submission alone has nothing to be compared with (``grader grade`` of one notebook spent
+    about 0.4 s reading it); with an earlier term's copy beside it, it is read and paired."""
+    assignment = Assignment("linear_attention")
+    copied = (ROOT / "tests" / "scaffolds" / "correct_einsum.py").read_text()
+    real_copydetect, read = sim._copydetect, []
+    monkeypatch.setattr(sim, "_copydetect", lambda: read.append(1) or real_copydetect())
+    alone = [sim.Source("now", copied, {"explain-delta-rule": "the state forgets along its key"})]
+    assert sim.compare(alone, sim.Boilerplate.of(assignment)) == [] and not read
+    pairs = sim.compare(alone + [sim.Source("old/a", copied, {}, earlier=True)], sim.Boilerplate.of(assignment))
+    assert [(p.a, p.b, p.flagged) for p in pairs] == [("now", "old/a", True)] and read
+
+
 def test_an_answer_is_compared_without_the_questions_own_words() -> None:
     """Two answers that repeat the question and add different content are not a pair."""
     assignment = Assignment("linear_attention")
