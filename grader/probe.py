@@ -68,7 +68,10 @@ class ProbeCase:
     every verdict compares them with values computed from their own inputs, or with cases
     given the same arrays: code that runs a later case of the batch may have kept what the
     earlier ones received. Never to cases compared for what differs between their inputs
-    (a causality pair), to segmented cases (refused here), or to cases that measure a state.
+    (a causality pair), or to unsegmented cases that measure a state. Segmented cases with
+    one key run in passes: the first segment of each in one worker, then the second of each
+    in another, so no worker sees two segments of one case and every state is still the one
+    the harness relayed across a cut.
     """
 
     name: str
@@ -79,10 +82,6 @@ class ProbeCase:
     segments: Segments | None = None
     group: str = ""
     batch: str = ""
-
-    def __post_init__(self) -> None:
-        if self.batch and self.segments:
-            raise ValueError(f"probe case {self.name}: a segmented case never shares a worker")
 
     @property
     def family(self) -> str:
@@ -261,21 +260,21 @@ def run_probe(module_source: str, probe_cases: list[ProbeCase], sandbox: Sandbox
         if import_status != "ok":
             break
         outputs.update(answer.outputs)
-        finished = len(answer.outputs)
-        remaining = remaining[finished:]
+        remaining = [n for n in remaining if n not in answer.outputs]
         if not remaining or result.hung:
             break
-        # The supervisor died during remaining[0]: record that, skip that group after repeated
-        # deaths, and go on with the rest.
-        dead = by_name[remaining[0]].family
+        # The supervisor died during a case (the one it said it was running, else the first
+        # not ended): record that, skip that group after repeated deaths, and go on with the rest.
+        dying = answer.running if answer.running in remaining else remaining[0]
+        dead = by_name[dying].family
         deaths[dead] = deaths.get(dead, 0) + 1
-        outputs[remaining[0]] = CaseOutput("error", _process_death(f"probe case {remaining[0]}", result))
+        outputs[dying] = CaseOutput("error", _process_death(f"probe case {dying}", result))
         if deaths[dead] >= GIVE_UP_AFTER:
-            for name in remaining[1:]:
-                if by_name[name].family == dead:
+            for name in remaining:
+                if by_name[name].family == dead and name != dying:
                     outputs[name] = CaseOutput("error", f"not run: {GIVE_UP_AFTER} earlier {dead} cases "
                                                         "crashed the probe")
-        remaining = [n for n in remaining[1:] if n not in outputs]
+        remaining = [n for n in remaining if n not in outputs]
         if not remaining:
             break
     stopped = next((reason for reason in result.stopped if reason.startswith(IDLE)), None) if result.hung else None
@@ -320,8 +319,12 @@ def harness_request(module_source: str, cases: list[ProbeCase], case_timeout: fl
     return b"".join([struct.pack(">Q", len(plan)), plan, *blobs])
 
 
+RUNNING = "running"   # a record the supervisor writes before a segment of a batch run in passes
+
+
 def _frames(stream: bytes) -> dict[str, list[tuple[dict[str, Any], bytes]]]:
-    """The supervisor's frames, by case, in order (a frame cut short by its death is dropped)."""
+    """The supervisor's frames, by case, in order (a frame cut short by its death is dropped),
+    and under ``RUNNING`` the record of the segment it began last, when nothing came after it."""
     frames: dict[str, list[tuple[dict[str, Any], bytes]]] = {}
     at = 0
     while at + 8 <= len(stream):
@@ -335,14 +338,17 @@ def _frames(stream: bytes) -> dict[str, list[tuple[dict[str, Any], bytes]]]:
         at += 8 + size
         if record is None or at > len(stream):
             break
-        frames.setdefault(str(record.get("case")), []).append((record, message))
+        frames.pop(RUNNING, None)
+        key = RUNNING if record.get("status") == RUNNING else str(record.get("case"))
+        frames.setdefault(key, []).append((record, message))
     return frames
 
 
 @dataclass
 class HarnessAnswer:
     """What one run of the harness said: whether the module imported, and the output of
-    every case it finished, in plan order (it stops at the case its supervisor died in)."""
+    every case it finished, in plan order (a case its supervisor died in, or never reached,
+    has none)."""
 
     import_status: str                  # ok | error
     import_error: str | None
@@ -350,11 +356,13 @@ class HarnessAnswer:
     syscall_filter: bool
     ready: float | None = None          # when the supervisor was ready (its monotonic clock), a timing
     costs: dict[str, CaseCost] = field(default_factory=dict)   # per case and import, a timing
+    running: str | None = None          # the case whose segment began last and never ended (it died there)
 
 
 def read_answer(stream: bytes, cases: list[ProbeCase]) -> HarnessAnswer | None:
     """The harness's stdout read back (None: it died before reporting the import)."""
     frames = _frames(stream)
+    running = [str(record.get("case")) for record, _ in frames.pop(RUNNING, [])]
     costs = {name: sum((_cost(record) for record, _ in found), CaseCost()) for name, found in frames.items()}
     import_frames = frames.pop("import", [])
     if not import_frames:
@@ -369,10 +377,9 @@ def read_answer(stream: bytes, cases: list[ProbeCase]) -> HarnessAnswer | None:
     outputs: dict[str, CaseOutput] = {}
     for case in cases:
         output = _case_output(case, frames.get(case.name, []))
-        if output is None:
-            break  # the supervisor died during this case
-        outputs[case.name] = output
-    return HarnessAnswer("ok", None, outputs, syscall_filter, ready, costs)
+        if output is not None:   # None: not ended (the supervisor died during it, or before it)
+            outputs[case.name] = output
+    return HarnessAnswer("ok", None, outputs, syscall_filter, ready, costs, running[-1] if running else None)
 
 
 def _cost(record: dict[str, Any]) -> CaseCost:

@@ -63,15 +63,17 @@ class InProcessSupervisor(HARNESS.Supervisor):
         self.stream += HARNESS.frame(record, message)
 
 
-def probe_in_process(module_source: str, cases: list[ProbeCase], driver: Path | None = None) -> ProbeResult:
+def probe_in_process(module_source: str, cases: list[ProbeCase], driver: Path | None = None,
+                     supervisor_class: type = InProcessSupervisor) -> ProbeResult:
     """Every case of ``cases`` run on ``module_source`` (a grafted submission module), with the
-    handlers of ``driver`` (a checks module's ``PROBE_DRIVER``) beside the harness's own."""
+    handlers of ``driver`` (a checks module's ``PROBE_DRIVER``) beside the harness's own, by a
+    ``supervisor_class`` (an ``InProcessSupervisor``)."""
     with tempfile.TemporaryFile() as request:
         request.write(harness_request(module_source, cases, 60.0, False,
                                       driver.read_text(encoding="utf-8") if driver else None))
         request.seek(0)
         plan, store, offsets = HARNESS.read_request(request.fileno())
-    supervisor = InProcessSupervisor(plan, store, offsets)
+    supervisor = supervisor_class(plan, store, offsets)
     supervisor.run(ready=time.monotonic())
     answer = read_answer(bytes(supervisor.stream), cases)
     assert answer is not None, "the harness reported no import"

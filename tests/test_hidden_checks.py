@@ -745,9 +745,9 @@ def sandboxed(assignment, sandboxed_probes) -> dict[str, dict[str, Verdict]]:
 
 @pytest.mark.parametrize("name", SANDBOXED)
 def test_the_probe_times_each_case_and_counts_the_workers_it_forked(assignment, sandboxed_probes, name):
-    """The supervisor's timings (what ``make bench`` prints of the probe): a worker per segment,
-    one shared by the forward batch, one for the import, and each case's wall seconds within
-    the probe's."""
+    """The supervisor's timings (what ``make bench`` prints of the probe): a worker per segment
+    of a case of its own, fewer workers than cases in each batch (the forward batch, the step
+    runs' passes), one for the import, and each case's wall seconds within the probe's."""
     probe = sandboxed_probes[name]
     ran = [c for c in checks.probe_cases(assignment.rubric) if c.name != "training" and probe.cases[c.name].status
            != "not_run" and not (probe.cases[c.name].error or "").startswith("not run")]
@@ -756,13 +756,15 @@ def test_the_probe_times_each_case_and_counts_the_workers_it_forked(assignment, 
     for case in ran:
         cost = costs.get(case.name)
         assert cost is not None and cost.seconds > 0, (case.name, cost)
-        if case.segments and probe.cases[case.name].status == "ok":
+        if case.segments and not case.batch and probe.cases[case.name].status == "ok":
             assert cost.forks == len(case.segments.bounds), (case.name, cost, len(case.segments.bounds))
         elif not case.batch:
             assert cost.forks == 1, (case.name, cost)
-    batched = [c.name for c in ran if c.batch]
-    assert batched and 1 <= sum(costs[n].forks for n in batched) < len(batched), \
-        {n: costs[n].forks for n in batched}
+    batches = {c.batch for c in ran if c.batch}
+    assert batches == {inputs.FORWARD_BATCH, inputs.STEPS_BATCH}, batches
+    for batch in batches:
+        batched = [c.name for c in ran if c.batch == batch]
+        assert 1 <= sum(costs[n].forks for n in batched) < len(batched), {n: costs[n].forks for n in batched}
     spent = sum(cost.seconds for cost in costs.values())
     assert spent <= probe.cases_seconds + 0.05, (spent, probe.cases_seconds)
     by_kind = probe.costs_by_kind(ran)

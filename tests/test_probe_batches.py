@@ -1,13 +1,14 @@
 """Probe cases that share a worker (``ProbeCase.batch``), through the real harness and sandbox:
 one worker per run of consecutive cases with the same key, one case at a time, each with its
 own CPU limit, its own import of the module and the global state the worker was forked with;
-a case that hangs ends its worker and the batch goes on in a new one."""
+a case that hangs ends its worker and the batch goes on in a new one. Segmented cases of one
+batch run a pass per segment, and a supervisor killed in a pass names the case it was in."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from grader.probe import ProbeCase, Segments, run_probe
+from grader.probe import ProbeCase, run_probe
 from grader.sandbox import Sandbox
 
 MODULE = """
@@ -92,10 +93,73 @@ def test_each_case_of_a_batch_has_its_own_cpu_limit_and_a_hang_costs_only_itself
     assert probed["a5"]["status"] == "ok"
 
 
-def test_a_segmented_case_never_shares_a_worker():
-    with pytest.raises(ValueError, match="a segmented case never shares a worker"):
-        ProbeCase("steps", "steps", {}, {"x": np.zeros((1, 4, 2))}, ("y",), Segments("x", ((0, 2), (2, 4))),
-                  batch="a")
+def _steps_batch(assignment) -> list[ProbeCase]:
+    """linear_attention's step runs of its shapes and decays (float64), one batch run in passes."""
+    from grader.checks.linear_attention import cases as la
+    return [c for c in la.probe_cases() if c.batch == la.STEPS_BATCH and c.name.endswith("_float64")]
+
+
+def _module(assignment, step_prefix: str = "") -> str:
+    """The master's scaffolds as the probe grafts them, with ``step_prefix`` run first in ``step``."""
+    from grader import cells
+    from grader.graft import submission_module_source
+    from conftest import as_scaffolds
+    master = assignment.master
+    layer = next(cells.source(c) for c in master.cells if cells.SCAFFOLD in cells.tags(c))
+    begin = layer.index("\n", layer.index("### BEGIN SOLUTION", layer.index("def step("))) + 1
+    body = "".join(f"        {line}\n" for line in step_prefix.splitlines())
+    return submission_module_source(master, as_scaffolds(master, layer[:begin] + body + layer[begin:]))[0]
+
+
+def test_segmented_cases_of_one_batch_run_a_pass_per_segment_and_measure_what_workers_of_their_own_do(assignment):
+    """In process (the harness's own supervisor): every first half in the pass-0 worker, then
+    every second half in the pass-1 worker, so no worker sees both halves of a run; the outputs
+    and relayed states are those of the same runs each in workers of their own."""
+    import dataclasses
+    from grader.checks.linear_attention import PROBE_DRIVER
+    from probe_in_process import InProcessSupervisor, probe_in_process
+
+    class Recording(InProcessSupervisor):
+        calls: list[tuple[str, str]] = []
+
+        def run_worker(self, header, arrays, batch=""):
+            if header is not None:
+                Recording.calls.append((header["name"], batch))
+            return super().run_worker(header, arrays, batch)
+
+    cases, source = _steps_batch(assignment), _module(assignment)
+    passes = probe_in_process(source, cases, PROBE_DRIVER, Recording)
+    two_halves = [c.name for c in cases if len(c.segments.bounds) == 2]
+    assert len(cases) == 16 and len(two_halves) == 12
+    assert Recording.calls == [(c.name, "steps@0") for c in cases] + [(n, "steps@1") for n in two_halves]
+    alone = probe_in_process(source, [dataclasses.replace(c, batch="") for c in cases], PROBE_DRIVER)
+    for case in cases:
+        got, expected = passes.cases[case.name], alone.cases[case.name]
+        assert got.status == expected.status == "ok", (case.name, got.error, expected.error)
+        assert got.arrays.keys() == expected.arrays.keys() and len(got.states) == len(expected.states)
+        for name in got.arrays:
+            np.testing.assert_array_equal(got.arrays[name], expected.arrays[name], err_msg=f"{case.name}: {name}")
+        for got_state, expected_state in zip(got.states, expected.states):
+            for got_array, expected_array in zip(got_state, expected_state):
+                np.testing.assert_array_equal(got_array, expected_array, err_msg=f"{case.name}: a relayed state")
+
+
+def test_a_supervisor_killed_in_a_pass_names_the_case_it_was_running(assignment, sandbox: Sandbox, tmp_path):
+    """step kills the supervisor on the first half of the 16-wide runs (shape s2), in the
+    sandbox: each death is charged to the case the supervisor said it was running, never to an
+    earlier case whose second half was still to come, and after two the group is given up."""
+    from grader.checks.linear_attention import PROBE_DRIVER
+    source = _module(assignment, "if x_t.shape[-1] == 16 and state is None:\n"
+                                 "    import os, signal\n"
+                                 "    os.kill(os.getppid(), signal.SIGKILL)")
+    cases = _steps_batch(assignment)
+    probe = run_probe(source, cases, sandbox, tmp_path, CASE_CPU_SECONDS, PROBE_DRIVER)
+    said = {name: (out.status, out.error or "") for name, out in probe.cases.items()}
+    died = {name for name, (_, error) in said.items() if f"probe case {name}" in error}
+    assert died == {"steps_s2_none_float64", "steps_s2_mild_float64"}, said
+    assert all(said[c.name] == ("ok", "") for c in cases if c.name.startswith("steps_s0_")), said
+    given_up = {c.name for c in cases} - died - {c.name for c in cases if c.name.startswith("steps_s0_")}
+    assert all(said[name][1] == "not run: 2 earlier steps cases crashed the probe" for name in given_up), said
 
 
 def _runs(cases: list[ProbeCase]) -> list[str]:
@@ -106,14 +170,16 @@ def _runs(cases: list[ProbeCase]) -> list[str]:
 def test_the_assignments_batch_only_cases_judged_on_their_own_inputs():
     """linear_attention: its forward cases other than those compared for what differs between
     their inputs (the causality pairs, the alignment pair, the per-head set) and the long
-    numerics runs, in one worker; linear_attention_hyena: a worker per function under test."""
+    numerics runs, in one worker, and the step runs of the same shapes and decays in passes;
+    linear_attention_hyena: a worker per function under test."""
     from grader.checks.linear_attention import cases as la
     from grader.checks.linear_attention_hyena import cases as hyena
     la_cases = la.probe_cases()
-    apart = ("causal_", "align_", "heads_", "numerics_")
-    assert {c.name for c in la_cases if c.batch} == {c.name for c in la_cases if c.kind == "forward"
+    apart = ("causal_", "align_", "heads_", "numerics_", "resume_")
+    assert {c.name for c in la_cases if c.batch} == {c.name for c in la_cases if c.kind in ("forward", "steps")
                                                      and not c.name.startswith(apart)}
-    assert _runs(la_cases) == [la.FORWARD_BATCH]
+    # the forward batch, then the step runs in passes, then their float32 twins (run when needed)
+    assert _runs(la_cases) == [la.FORWARD_BATCH, la.STEPS_BATCH, la.STEPS_BATCH]
     hyena_cases = hyena.probe_cases()
     assert all(c.batch == c.group for c in hyena_cases)
     assert sorted(_runs(hyena_cases)) == sorted({c.group for c in hyena_cases})

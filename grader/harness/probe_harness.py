@@ -38,9 +38,13 @@ supervisor sends a case's inputs only once the worker has answered the one befor
 case never has the inputs of a later one; each case has its own CPU limit and backstop,
 its own fresh import of the module, and starts from the global random and dtype state the
 worker was forked with. A case that hangs or crashes ends that worker; the next case of
-the batch starts a new one. Which cases may share a worker is the checks' decision
+the batch starts a new one. Segmented cases of one batch run in passes: the first segment
+of each in one worker, then the second of each in a new one (the worker of a pass is gone
+before the next starts), so no worker runs two segments of one case; a ``running`` record
+before each such segment tells the trusted side which case the supervisor died in, if it
+does. Which cases may share a worker is the checks' decision
 (``grader.probe.ProbeCase.batch``): forking a process that has torch loaded costs more
-than most cases (about 20 ms here), and never segments.
+than most cases (about 20 ms here).
 
 What a worker can know, and leave behind
 ----------------------------------------
@@ -1140,6 +1144,7 @@ class Supervisor:
         self.kept = None   # the worker of the current batch, waiting for its next case
         self.hung = False  # a case was stopped as hung: later ones wait cpu_time.AFTER_HUNG_S
         self.forks = 0     # workers started so far: with each case's wall seconds, a timing in its record
+        self.give_up = plan.get("give_up_after", 2)   # hung or crashed cases of a group before it is skipped
         # Compiled once here, not in each of a hundred workers (about 8 ms each): compiling runs
         # none of it. Source that does not compile is left to the workers, which report why.
         try:
@@ -1224,22 +1229,30 @@ class Supervisor:
         workers started since ``forks_before`` was read."""
         return {"seconds": _round(_monotonic() - started, 4), "forks": self.forks - forks_before}
 
+    def run_segment(self, case, segment, state, batch):
+        """Run ``case`` (or its segment ``segment``; None: a case without segments) after the
+        relayed ``state`` in a worker of ``batch`` ("": one of its own), and report it. Returns
+        the worker's message, or None when it hung or crashed."""
+        header = {"name": case["name"], "kind": case["kind"], "config": case["config"]}
+        started, forks = _monotonic(), self.forks
+        message, problem, timed_out = self.run_worker(header, self.inputs(case, segment) + state, batch)
+        record = {"case": case["name"], "segment": segment, **self.cost(started, forks)}
+        if message is None:
+            self.report(dict(record, status="timeout" if timed_out else "error", error=problem), None)
+            return None
+        self.report(dict(record, status="ok"), message)
+        return message
+
     def run_case(self, case):
-        """Run a case (its segments one after another). Returns (a worker hung or crashed,
-        every worker reported success)."""
+        """Run a case (its segments one after another, each in a worker of its own). Returns (a
+        worker hung or crashed, every worker reported success)."""
         segments = case.get("segments") or [None]
         state, succeeded = [], True
         for index, _ in enumerate(segments):
             segment = None if segments == [None] else index
-            header = {"name": case["name"], "kind": case["kind"], "config": case["config"]}
-            started, forks = _monotonic(), self.forks
-            message, problem, timed_out = self.run_worker(header, self.inputs(case, segment) + state,
-                                                          "" if segment is not None else case.get("batch", ""))
-            record = {"case": case["name"], "segment": segment, **self.cost(started, forks)}
+            message = self.run_segment(case, segment, state, "" if segment is not None else case.get("batch", ""))
             if message is None:
-                self.report(dict(record, status="timeout" if timed_out else "error", error=problem), None)
                 return True, False
-            self.report(dict(record, status="ok"), message)
             succeeded = succeeded and message[0] == 0
             if segment is not None and index + 1 < _len(segments):
                 views = message_state(message)
@@ -1247,6 +1260,53 @@ class Supervisor:
                     return False, False  # the trusted side reads why from this segment's message
                 state = [(f"state.{i}", view) for i, view in enumerate(views)]
         return False, succeeded
+
+    def run_in_passes(self, cases, troubled, succeeded):
+        """Consecutive segmented cases of one batch, a pass per segment: every case's first
+        segment in one worker, then every second segment in a new worker, and so on (a pass's
+        worker is gone before the next one starts). No worker runs two segments of one case, so
+        a step that keeps anything but its state fails at each cut as in workers of their own.
+        Before each segment, a ``running`` record names it: if this supervisor dies there, the
+        trusted side knows which case it died in."""
+        going = {}   # case name -> (the state to relay to its next segment, every segment succeeded)
+        for index in range(max(_len(c["segments"]) for c in cases)):
+            for case in cases:
+                name, group = case["name"], case["group"]
+                if index == 0 and self.may_start(case, troubled, succeeded):
+                    going[name] = ([], True)
+                if name not in going or index >= _len(case["segments"]):
+                    continue
+                state, ok = going.pop(name)
+                if index and troubled.get(group, 0) >= self.give_up:
+                    self.report({"case": name, "segment": index, "status": "error",
+                                 "error": f"not run: {self.give_up} earlier {group} cases hung or crashed"}, None)
+                    continue
+                self.report({"case": name, "segment": index, "status": "running"}, None)
+                message = self.run_segment(case, index, state, f"{case['batch']}@{index}")
+                if message is None:
+                    troubled[group] = troubled.get(group, 0) + 1
+                    continue
+                ok = ok and message[0] == 0
+                if index + 1 == _len(case["segments"]):
+                    if ok:
+                        succeeded.add(name)
+                    continue
+                views = message_state(message)
+                if views is not None:   # else the trusted side reads why from this segment's message
+                    going[name] = ([(f"state.{i}", view) for i, view in enumerate(views)], ok)
+
+    def may_start(self, case, troubled, succeeded):
+        """Whether ``case`` runs; if not, report why: a fallback not needed, or its group given up."""
+        group, needed_if = case["group"], case["config"].get("only_if_failed")
+        if needed_if and all(name in succeeded for name in needed_if):
+            self.report({"case": case["name"], "segment": None, "status": "skipped",
+                         "error": "not needed: the cases it stands in for ran"}, None)
+            return False
+        if troubled.get(group, 0) >= self.give_up:
+            self.report({"case": case["name"], "segment": None, "status": "error",
+                         "error": f"not run: {self.give_up} earlier {group} cases hung or crashed"}, None)
+            return False
+        return True
 
     def run(self, ready):
         """Run the import worker, then every case. ``ready``: when this supervisor was ready to
@@ -1261,20 +1321,22 @@ class Supervisor:
             return
         troubled = {}     # group -> how many of its cases hung or crashed
         succeeded = set()
-        give_up = self.plan.get("give_up_after", 2)
-        for case in self.plan["cases"]:
-            group, needed_if = case["group"], case["config"].get("only_if_failed")
-            if needed_if and all(name in succeeded for name in needed_if):
-                self.report({"case": case["name"], "segment": None, "status": "skipped",
-                             "error": "not needed: the cases it stands in for ran"}, None)
-            elif troubled.get(group, 0) >= give_up:
-                self.report({"case": case["name"], "segment": None, "status": "error",
-                             "error": f"not run: {give_up} earlier {group} cases hung or crashed"}, None)
-            else:
+        cases, at = self.plan["cases"], 0
+        while at < _len(cases):
+            case = cases[at]
+            if case.get("segments") and case.get("batch"):
+                end = at + 1
+                while end < _len(cases) and cases[end].get("segments") and cases[end].get("batch") == case["batch"]:
+                    end += 1
+                self.run_in_passes(cases[at:end], troubled, succeeded)
+                at = end
+                continue
+            if self.may_start(case, troubled, succeeded):
                 hung, ok = self.run_case(case)
-                troubled[group] = troubled.get(group, 0) + hung
+                troubled[case["group"]] = troubled.get(case["group"], 0) + hung
                 if ok:
                     succeeded.add(case["name"])
+            at += 1
         if self.kept is not None:
             self.end_worker(self.kept)
 

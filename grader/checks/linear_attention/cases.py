@@ -13,9 +13,13 @@ The ``forward`` cases of the shapes and decays share one worker (``FORWARD_BATCH
 ``ProbeCase.batch``): each is judged against values computed from its own inputs (the
 reference, or the computation the checks identified, with one concern put right), its
 float32 twin is given the same arrays, and the step loop it is compared with runs in
-workers of its own. So code that kept the earlier forward cases' inputs can do nothing
-with them that it could not do with its own. The causality pairs, the step runs (segments),
-the state growth, the state contract and the hybrid model each have a worker of their own.
+other workers. So code that kept the earlier forward cases' inputs can do nothing with them
+that it could not do with its own. The step runs of those shapes and decays
+(``STEPS_BATCH``) run in passes: the first half of every run in one worker, then every
+second half in another, so no worker sees both halves of a run, and step gets from the
+first half only the state the harness relayed; each run is judged on its own inputs. The
+causality pairs, the other step runs, the state growth, the state contract and the hybrid
+model each have a worker of their own.
 """
 from __future__ import annotations
 
@@ -179,7 +183,7 @@ def token_segments(bounds: list[tuple[int, int]]) -> Segments:
 
 def segments(tokens: int) -> Segments:
     """A step run of ``tokens`` cut in two halves (a one-token run stays whole): one cut is what
-    shows a step that keeps anything but its state, and each segment costs a worker (about 40 ms)."""
+    shows a step that keeps anything but its state."""
     cuts = sorted({tokens // 2} - {0, tokens})
     bounds = [0, *cuts, tokens]
     return token_segments(list(zip(bounds, bounds[1:])))
@@ -223,6 +227,7 @@ def _layer_inputs(seed: list[int], shape: tuple[int, int, int, int], gamma: str)
 
 
 FORWARD_BATCH = "forward"
+STEPS_BATCH = "steps"
 
 
 def _both_dtypes(base: str, kind: str, config: dict, arrays: dict[str, np.ndarray],
@@ -381,7 +386,7 @@ def _probe_cases() -> tuple[ProbeCase, ...]:
                 twin_of = [base, base.replace("steps_", "forward_", 1)] if kind == "steps" else None
                 cases += _both_dtypes(base, kind, layer, arrays, twin_of,
                                       cut=segments(shape[1]) if kind == "steps" else None,
-                                      batch=FORWARD_BATCH if kind == "forward" else "")
+                                      batch=FORWARD_BATCH if kind == "forward" else STEPS_BATCH)
     # Causality: the same weights on an input whose tokens after `cut` are replaced, and with a
     # batch, every token of its last sequence too: the other sequences' outputs up to `cut` may
     # not change (``unchanged_rows``).
