@@ -1278,8 +1278,7 @@ class Supervisor:
                     continue
                 state, ok = going.pop(name)
                 if index and troubled.get(group, 0) >= self.give_up:
-                    self.report({"case": name, "segment": index, "status": "error",
-                                 "error": f"not run: {self.give_up} earlier {group} cases hung or crashed"}, None)
+                    self.report(self.given_up(case, index), None)
                     continue
                 self.report({"case": name, "segment": index, "status": "running"}, None)
                 message = self.run_segment(case, index, state, f"{case['batch']}@{index}")
@@ -1303,10 +1302,14 @@ class Supervisor:
                          "error": "not needed: the cases it stands in for ran"}, None)
             return False
         if troubled.get(group, 0) >= self.give_up:
-            self.report({"case": case["name"], "segment": None, "status": "error",
-                         "error": f"not run: {self.give_up} earlier {group} cases hung or crashed"}, None)
+            self.report(self.given_up(case, None), None)
             return False
         return True
+
+    def given_up(self, case, segment):
+        """The record of a case (or of its segment) not run: its group has been given up."""
+        return {"case": case["name"], "segment": segment, "status": "error",
+                "error": f"not run: {self.give_up} earlier {case['group']} cases hung or crashed"}
 
     def run(self, ready):
         """Run the import worker, then every case. ``ready``: when this supervisor was ready to
