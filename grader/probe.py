@@ -362,7 +362,7 @@ class HarnessAnswer:
 def read_answer(stream: bytes, cases: list[ProbeCase]) -> HarnessAnswer | None:
     """The harness's stdout read back (None: it died before reporting the import)."""
     frames = _frames(stream)
-    running = [str(record.get("case")) for record, _ in frames.pop(RUNNING, [])]
+    running = next((str(record.get("case")) for record, _ in frames.pop(RUNNING, [])), None)
     costs = {name: sum((_cost(record) for record, _ in found), CaseCost()) for name, found in frames.items()}
     import_frames = frames.pop("import", [])
     if not import_frames:
@@ -379,7 +379,7 @@ def read_answer(stream: bytes, cases: list[ProbeCase]) -> HarnessAnswer | None:
         output = _case_output(case, frames.get(case.name, []))
         if output is not None:   # None: not ended (the supervisor died during it, or before it)
             outputs[case.name] = output
-    return HarnessAnswer("ok", None, outputs, syscall_filter, ready, costs, running[-1] if running else None)
+    return HarnessAnswer("ok", None, outputs, syscall_filter, ready, costs, running)
 
 
 def _cost(record: dict[str, Any]) -> CaseCost:

@@ -97,7 +97,7 @@ def _solution_blocks(lines: list[str]) -> list[tuple[int, int]]:
 
 
 def scaffold(master: nbformat.NotebookNode, *, prelude: str = "", forward_prefix: str = "",
-             step: str | None = None) -> str:
+             step: str | None = None, step_prefix: str = "") -> str:
     """The master's scaffold cell, optionally with top-level code before the class, lines run
     first in ``forward`` / ``step``, or ``step``'s body replaced (method-body indentation added)."""
     lines = cells.source(cell_by_id(master, SCAFFOLD_CELL)).splitlines()
@@ -108,6 +108,7 @@ def scaffold(master: nbformat.NotebookNode, *, prelude: str = "", forward_prefix
 
     if step is not None:
         lines[s_begin + 1: s_end] = body(step)
+    lines[s_begin + 1: s_begin + 1] = body(step_prefix)   # step's block first: it comes after forward's
     lines[f_begin + 1: f_begin + 1] = body(forward_prefix)
     head = textwrap.dedent(prelude).strip()
     return (head + "\n\n\n" if head else "") + "\n".join(lines) + "\n"

@@ -5,11 +5,19 @@ a case that hangs ends its worker and the batch goes on in a new one. Segmented 
 batch run a pass per segment, and a supervisor killed in a pass names the case it was in."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
+import adversarial as adv
+from conftest import as_scaffolds
+from grader.checks.linear_attention import PROBE_DRIVER
+from grader.checks.linear_attention import cases as la
+from grader.graft import submission_module_source
 from grader.probe import ProbeCase, run_probe
 from grader.sandbox import Sandbox
+from probe_in_process import InProcessSupervisor, probe_in_process
 
 MODULE = """
 import builtins, os, time
@@ -93,32 +101,21 @@ def test_each_case_of_a_batch_has_its_own_cpu_limit_and_a_hang_costs_only_itself
     assert probed["a5"]["status"] == "ok"
 
 
-def _steps_batch(assignment) -> list[ProbeCase]:
+def _steps_batch() -> list[ProbeCase]:
     """linear_attention's step runs of its shapes and decays (float64), one batch run in passes."""
-    from grader.checks.linear_attention import cases as la
     return [c for c in la.probe_cases() if c.batch == la.STEPS_BATCH and c.name.endswith("_float64")]
 
 
 def _module(assignment, step_prefix: str = "") -> str:
     """The master's scaffolds as the probe grafts them, with ``step_prefix`` run first in ``step``."""
-    from grader import cells
-    from grader.graft import submission_module_source
-    from conftest import as_scaffolds
     master = assignment.master
-    layer = next(cells.source(c) for c in master.cells if cells.SCAFFOLD in cells.tags(c))
-    begin = layer.index("\n", layer.index("### BEGIN SOLUTION", layer.index("def step("))) + 1
-    body = "".join(f"        {line}\n" for line in step_prefix.splitlines())
-    return submission_module_source(master, as_scaffolds(master, layer[:begin] + body + layer[begin:]))[0]
+    return submission_module_source(master, as_scaffolds(master, adv.scaffold(master, step_prefix=step_prefix)))[0]
 
 
 def test_segmented_cases_of_one_batch_run_a_pass_per_segment_and_measure_what_workers_of_their_own_do(assignment):
     """In process (the harness's own supervisor): every first half in the pass-0 worker, then
     every second half in the pass-1 worker, so no worker sees both halves of a run; the outputs
     and relayed states are those of the same runs each in workers of their own."""
-    import dataclasses
-    from grader.checks.linear_attention import PROBE_DRIVER
-    from probe_in_process import InProcessSupervisor, probe_in_process
-
     class Recording(InProcessSupervisor):
         calls: list[tuple[str, str]] = []
 
@@ -127,7 +124,7 @@ def test_segmented_cases_of_one_batch_run_a_pass_per_segment_and_measure_what_wo
                 Recording.calls.append((header["name"], batch))
             return super().run_worker(header, arrays, batch)
 
-    cases, source = _steps_batch(assignment), _module(assignment)
+    cases, source = _steps_batch(), _module(assignment)
     passes = probe_in_process(source, cases, PROBE_DRIVER, Recording)
     two_halves = [c.name for c in cases if len(c.segments.bounds) == 2]
     assert len(cases) == 16 and len(two_halves) == 12
@@ -148,11 +145,10 @@ def test_a_supervisor_killed_in_a_pass_names_the_case_it_was_running(assignment,
     """step kills the supervisor on the first half of the 16-wide runs (shape s2), in the
     sandbox: each death is charged to the case the supervisor said it was running, never to an
     earlier case whose second half was still to come, and after two the group is given up."""
-    from grader.checks.linear_attention import PROBE_DRIVER
     source = _module(assignment, "if x_t.shape[-1] == 16 and state is None:\n"
                                  "    import os, signal\n"
                                  "    os.kill(os.getppid(), signal.SIGKILL)")
-    cases = _steps_batch(assignment)
+    cases = _steps_batch()
     probe = run_probe(source, cases, sandbox, tmp_path, CASE_CPU_SECONDS, PROBE_DRIVER)
     said = {name: (out.status, out.error or "") for name, out in probe.cases.items()}
     died = {name for name, (_, error) in said.items() if f"probe case {name}" in error}
@@ -172,7 +168,6 @@ def test_the_assignments_batch_only_cases_judged_on_their_own_inputs():
     their inputs (the causality pairs, the alignment pair, the per-head set) and the long
     numerics runs, in one worker, and the step runs of the same shapes and decays in passes;
     linear_attention_hyena: a worker per function under test."""
-    from grader.checks.linear_attention import cases as la
     from grader.checks.linear_attention_hyena import cases as hyena
     la_cases = la.probe_cases()
     apart = ("causal_", "align_", "heads_", "numerics_", "resume_")
